@@ -1,0 +1,1 @@
+"""Benchmarks that measure official_bert beside a peer in one run."""

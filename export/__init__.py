@@ -1,0 +1,1 @@
+"""Exporters: SavedModels for TensorFlow Serving and TF-Hub modules."""

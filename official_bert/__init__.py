@@ -1,0 +1,1 @@
+"""official_bert: BERT as a TensorFlow / Keras 3 model garden."""

@@ -1,0 +1,67 @@
+"""Helpers shared by the tests: tiny configs with all-different sizes, data paths."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTDATA = os.path.join(ROOT, "tests", "testdata")
+SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
+CORPUS = os.path.join(SHARED_DATA, "pydocs_corpus.txt")
+VOCAB = os.path.join(SHARED_DATA, "bert_uncased_vocab.txt")
+
+# Sizes that are all different, so a swapped axis cannot pass by accident.
+BATCH, SEQ, VOCAB_SIZE, HIDDEN, HEADS, INTERMEDIATE, LAYERS = 3, 7, 99, 32, 4, 37, 2
+
+
+def tiny_config(**overrides):
+  """A BertConfig with the fixture sizes above (dropout on, as in BERT)."""
+  from official_bert import configs
+  kwargs = dict(
+      vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+      num_attention_heads=HEADS, intermediate_size=INTERMEDIATE,
+      hidden_act="gelu", hidden_dropout_prob=0.1,
+      attention_probs_dropout_prob=0.1, max_position_embeddings=16,
+      type_vocab_size=2, initializer_range=0.02)
+  kwargs.update(overrides)
+  return configs.BertConfig(**kwargs)
+
+
+def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
+                  lengths=None):
+  """Encoder inputs with padding and two segments, as numpy int32."""
+  import numpy as np
+  rng = np.random.default_rng(seed)
+  if lengths is None:
+    lengths = [seq] + [max(2, seq - 2 - i) for i in range(batch - 1)]
+  mask = np.zeros((batch, seq), np.int32)
+  type_ids = np.zeros((batch, seq), np.int32)
+  for b, n in enumerate(lengths):
+    mask[b, :n] = 1
+    type_ids[b, n // 2:n] = 1
+  ids = rng.integers(1, vocab, size=(batch, seq)).astype(np.int32) * mask
+  return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
+
+
+def require_shared_data():
+  """Skip (with the reason) when ../shared/data is not beside the checkout."""
+  if not (os.path.exists(CORPUS) and os.path.exists(VOCAB)):
+    pytest.skip(f"shared data not found at {SHARED_DATA}")
+
+
+def run_cli(args, timeout=600, env=None, check=True):
+  """Runs `python <args>` from the repo root as a real subprocess."""
+  full_env = dict(os.environ)
+  full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+  if env:
+    full_env.update(env)
+  proc = subprocess.run([sys.executable] + list(args), cwd=ROOT, env=full_env,
+                        capture_output=True, text=True, timeout=timeout)
+  if check and proc.returncode != 0:
+    raise AssertionError(
+        f"command failed ({proc.returncode}): {' '.join(args)}\n"
+        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+  return proc

@@ -1,0 +1,1 @@
+"""Offline data jobs that write BERT pretraining TFRecords."""
