@@ -1,0 +1,175 @@
+"""BERT's FullTokenizer (basic tokenization + WordPiece) as TensorFlow graph ops.
+
+Text in, WordPiece ids out, with the semantics of google-research/bert's
+`tokenization.FullTokenizer` (and of Hugging Face's `BertWordPieceTokenizer`,
+which implements the same rules):
+
+  1. clean: drop NUL, U+FFFD and control/format characters; every whitespace
+     character becomes a space;
+  2. uncased only: lower-case, NFD-decompose, drop non-spacing marks (accents);
+  3. split on whitespace, and make every punctuation character (Unicode P*
+     and all ASCII non-alphanumerics) and every CJK ideograph its own word;
+  4. greedy longest-match-first WordPiece per word, `##` on continuations;
+     a word that cannot be covered, or is longer than 100 characters, is [UNK].
+
+Everything runs as core TF + TF Text ops, so `tokenize` works inside
+`tf.function`, `tf.data` and SavedModels. The vocabulary file is tracked as a
+`tf.saved_model.Asset`, so a SavedModel holding the tokenizer carries it.
+
+Example:
+  tokenizer = FullTokenizer("vocab.txt", do_lower_case=True)
+  tokenizer.tokenize(tf.constant(["Héllo, world!"]))
+  # <tf.RaggedTensor [[7592, 1010, 2088, 999]]>
+"""
+
+import os
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+# The original's max_input_chars_per_word: longer words become [UNK].
+MAX_CHARS_PER_WORD = 100
+
+# Whitespace as Rust's char::is_whitespace / Python's str.isspace see it
+# (\s in RE2 is ASCII only): these all become a plain space.
+_WHITESPACE = (r"[\t\n\x{0b}\x{0c}\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}"
+               r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]")
+# Control, format, private-use and surrogate characters are dropped, as are
+# U+FFFD (the replacement character) and NUL (already in \p{Cc}).
+_CONTROL = r"[\p{C}\x{fffd}]"
+# Non-spacing marks: the accents that NFD splits off.
+_ACCENTS = r"\p{Mn}"
+# Characters that are a word of their own: ASCII punctuation ranges (the
+# original counts $, +, <, =, >, ^, `, |, ~ as punctuation too), Unicode
+# punctuation, and the CJK ideograph blocks of the original.
+_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
+_CJK = (r"[\x{4e00}-\x{9fff}\x{3400}-\x{4dbf}\x{20000}-\x{2a6df}"
+        r"\x{2a700}-\x{2b73f}\x{2b740}-\x{2b81f}\x{2b820}-\x{2ceaf}"
+        r"\x{f900}-\x{faff}\x{2f800}-\x{2fa1f}]")
+_KEEP_DELIMITERS = _PUNCTUATION + "|" + _CJK
+_DELIMITERS = " +|" + _KEEP_DELIMITERS
+
+
+def load_vocab(vocab_file):
+  """Reads a vocab.txt (one token per line, id = line number) into a list.
+
+  Raises:
+    ValueError: one sentence naming the file and the fix, when the file is
+      missing, empty, or lacks one of SPECIAL_TOKENS.
+  """
+  if not tf.io.gfile.exists(vocab_file):
+    raise ValueError(
+        f"Vocabulary file {vocab_file} does not exist; pass the path of a "
+        f"BERT vocab.txt (one token per line).")
+  with tf.io.gfile.GFile(vocab_file, "r") as f:
+    # As the original: one token per line, surrounding whitespace stripped.
+    vocab = [line.strip() for line in f.read().splitlines()]
+  while vocab and not vocab[-1]:
+    vocab.pop()  # A trailing blank line is not a token.
+  if not vocab:
+    raise ValueError(
+        f"Vocabulary file {vocab_file} is empty; pass a BERT vocab.txt with "
+        f"one token per line.")
+  missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+  if missing:
+    raise ValueError(
+        f"Vocabulary file {vocab_file} lacks the special token(s) "
+        f"{', '.join(missing)}; add them (one per line) or use a vocab made "
+        f"by tfrecords/learn_vocab.py.")
+  return vocab
+
+
+def normalize(texts, do_lower_case=True):
+  """Steps 1-2 above on a string Tensor of any shape: clean, lower, strip accents."""
+  texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
+  texts = tf.strings.regex_replace(texts, _CONTROL, "")
+  if do_lower_case:
+    # Full Unicode lower-casing, as Python's str.lower (not case folding,
+    # which would also NFKC-normalise, e.g. "ﬁ" -> "fi").
+    texts = tf.strings.lower(texts, encoding="utf-8")
+    texts = tf_text.normalize_utf8(texts, "NFD")
+    texts = tf.strings.regex_replace(texts, _ACCENTS, "")
+  return texts
+
+
+def split_words(texts):
+  """Step 3 above: string Tensor [B] -> words, RaggedTensor [B, (words)]."""
+  return tf_text.regex_split(texts, _DELIMITERS, _KEEP_DELIMITERS)
+
+
+class FullTokenizer(tf.Module):
+  """Basic tokenization + WordPiece, as graph ops, over a BERT vocab.txt.
+
+  Args:
+    vocab_file: path of a vocab.txt, one token per line; must hold
+      SPECIAL_TOKENS.
+    do_lower_case: True for uncased models (lower-case and strip accents).
+
+  Attributes:
+    vocab: the tokens, id = index. `vocab_size` its length.
+    pad_id, unk_id, cls_id, sep_id, mask_id: ids of SPECIAL_TOKENS.
+    vocab_file: the vocabulary as a `tf.saved_model.Asset`.
+  """
+
+  def __init__(self, vocab_file, do_lower_case=True, name=None):
+    super().__init__(name=name)
+    vocab = load_vocab(vocab_file)
+    self.vocab_file = tf.saved_model.Asset(vocab_file)
+    self.do_lower_case = bool(do_lower_case)
+    # A tuple of str: kept out of SavedModel tracking, the asset has it.
+    self._vocab = tuple(vocab)
+    self._token_to_id = {}
+    for i, token in enumerate(vocab):
+      self._token_to_id.setdefault(token, i)  # First occurrence wins.
+    self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+        self._token_to_id[token] for token in SPECIAL_TOKENS)
+    # The whole WordPiece trie is built here and embedded in the graph as a
+    # constant. Word length is limited in characters below, not in bytes.
+    self._wordpiece = tf_text.FastWordpieceTokenizer(
+        vocab=vocab, suffix_indicator="##",
+        max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 4,
+        token_out_type=tf.int64, unknown_token="[UNK]",
+        no_pretokenization=True, support_detokenization=False)
+
+  @property
+  def vocab(self):
+    return list(self._vocab)
+
+  @property
+  def vocab_size(self):
+    return len(self._vocab)
+
+  def tokenize_words(self, texts):
+    """String Tensor [B] -> int64 RaggedTensor [B, (words), (wordpieces)]."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    words = split_words(normalize(texts, self.do_lower_case))  # [B, (W)]
+    # A word longer than MAX_CHARS_PER_WORD characters becomes the word
+    # "[UNK]", which WordPiece maps to the [UNK] id (the splitter never makes
+    # that word itself: brackets are punctuation).
+    too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > (
+        MAX_CHARS_PER_WORD)
+    words = words.with_flat_values(
+        tf.where(too_long, "[UNK]", words.flat_values))
+    return self._wordpiece.tokenize(words)  # [B, (W), (P)]
+
+  def tokenize(self, texts):
+    """String Tensor [B] -> int64 RaggedTensor [B, (wordpieces)]."""
+    return self.tokenize_words(texts).merge_dims(1, 2)
+
+  def convert_ids_to_tokens(self, ids):
+    return [self._vocab[int(i)] for i in ids]
+
+  def convert_tokens_to_ids(self, tokens):
+    return [self._token_to_id.get(token, self.unk_id) for token in tokens]
+
+  def get_special_tokens_dict(self):
+    """The special ids under the names of the TF-Hub preprocessor API."""
+    return {
+        "vocab_size": self.vocab_size,
+        "padding_id": self.pad_id,
+        "start_of_sequence_id": self.cls_id,
+        "end_of_segment_id": self.sep_id,
+        "mask_id": self.mask_id,
+    }
