@@ -1,0 +1,105 @@
+"""Multi-head self-attention with BERT's padding mask."""
+
+import math
+
+import keras
+from keras import ops
+
+from official_bert import embeddings
+
+# Shape legend: B batch, T query positions, S key positions, N heads,
+# D size per head, H = N * D hidden size.
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class SelfAttention(keras.layers.Layer):
+  """Scaled dot-product self-attention over N heads, then an output projection.
+
+  Mirrors the original's `attention/self/{query,key,value}` and
+  `attention/output/dense` (here `output`): four [H, H] dense layers, so a
+  released checkpoint loads without reshaping. Keys where `mask == 0` get a
+  -10000 bias before the softmax, as in google-research/bert; the softmax is
+  computed in float32 under mixed precision.
+
+  Args:
+    hidden_size: H.
+    num_attention_heads: N; must divide H.
+    dropout_rate: dropout on the attention probabilities.
+    initializer_range: stddev of the truncated-normal initializer.
+
+  Inputs: `(x, mask)`: x float [B, T, H], mask int/bool [B, T] (1 = real token).
+  Output: float [B, T, H] (before the residual and LayerNorm).
+
+  Example:
+    >>> att = SelfAttention(hidden_size=32, num_attention_heads=4)
+    >>> att((ops.ones((3, 7, 32)), ops.ones((3, 7)))).shape
+    (3, 7, 32)
+
+  From "Attention Is All You Need" (Vaswani et al., 2017).
+  """
+
+  def __init__(self, hidden_size, num_attention_heads, dropout_rate=0.1,
+               initializer_range=0.02, **kwargs):
+    super().__init__(**kwargs)
+    if hidden_size % num_attention_heads:
+      raise ValueError(f"hidden_size ({hidden_size}) must be divisible by "
+                       f"num_attention_heads ({num_attention_heads})")
+    self.hidden_size = hidden_size
+    self.num_attention_heads = num_attention_heads
+    self.dropout_rate = dropout_rate
+    self.initializer_range = initializer_range
+    self.head_size = hidden_size // num_attention_heads
+
+  def _dense(self, name):
+    return keras.layers.Dense(
+        self.hidden_size,
+        kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        dtype=self.dtype_policy, name=name)
+
+  def build(self, input_shape):
+    x_shape = input_shape[0]
+    self.query = self._dense("query")
+    self.key = self._dense("key")
+    self.value = self._dense("value")
+    self.output_dense = self._dense("output")
+    for layer in (self.query, self.key, self.value, self.output_dense):
+      layer.build(x_shape)
+    self.dropout = keras.layers.Dropout(self.dropout_rate,
+                                        dtype=self.dtype_policy)
+    self.built = True
+
+  def _split_heads(self, x):
+    # [B, T, H] -> [B, T, N, D]
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    return ops.reshape(x, (batch, length, self.num_attention_heads,
+                           self.head_size))
+
+  def call(self, inputs, training=None):
+    x, mask = inputs
+    query = self._split_heads(self.query(x))
+    key = self._split_heads(self.key(x))
+    value = self._split_heads(self.value(x))
+    # [B, N, T, S] scores in float32: the softmax must not run in half precision.
+    scores = ops.einsum("btnd,bsnd->bnts", query, key)
+    scores = ops.cast(scores, "float32") / math.sqrt(self.head_size)
+    # [B, S] -> [B, 1, 1, S]: masked keys get -10000, as the original.
+    bias = (1.0 - ops.cast(mask, "float32")) * -10000.0
+    scores = scores + bias[:, None, None, :]
+    probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+    probs = self.dropout(probs, training=training)
+    # [B, N, T, S] x [B, S, N, D] -> [B, T, N, D] -> [B, T, H]
+    context = ops.einsum("bnts,bsnd->btnd", probs, value)
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    context = ops.reshape(context, (batch, length, self.hidden_size))
+    return self.output_dense(context)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape[0])
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(hidden_size=self.hidden_size,
+                  num_attention_heads=self.num_attention_heads,
+                  dropout_rate=self.dropout_rate,
+                  initializer_range=self.initializer_range)
+    return config

@@ -1,0 +1,146 @@
+"""`BertEncoder`: the BERT Transformer encoder (Devlin et al., 2018).
+
+Reads top to bottom in execution order: embeddings, L Transformer blocks,
+pooler. Inputs and outputs use the TF-Hub names:
+
+    inputs  input_word_ids, input_mask, input_type_ids   int32 [B, T]
+    outputs sequence_output [B, T, H], pooled_output [B, H],
+            encoder_outputs (a list, one [B, T, H] per layer), default = pooled
+
+    encoder = BertEncoder.from_bert_config(configs.PRESETS["bert_tiny"])
+    outputs = encoder({"input_word_ids": ids, "input_mask": mask,
+                       "input_type_ids": type_ids})
+"""
+
+import keras
+from keras import ops
+
+from official_bert import configs
+from official_bert import embeddings
+from official_bert import transformer
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class BertEncoder(keras.Model):
+  """The BERT encoder: embeddings, `num_hidden_layers` blocks and a pooler.
+
+  Sublayers mirror the original variable scopes: `embeddings`, `layer_0` ...
+  `layer_{L-1}`, `pooler` (tanh dense on the [CLS] position), so converting a
+  released checkpoint is a rename table (see `checkpoint_names.py`).
+
+  Args: the `bert_config.json` keys (see `configs.BertConfig`) as keyword
+    arguments; `from_bert_config` builds one from a `BertConfig`.
+
+  Inputs: dict of int32 [B, T] tensors `input_word_ids`, `input_mask` (1 for
+    real tokens, 0 for padding), `input_type_ids`; any T up to
+    `max_position_embeddings`.
+  Outputs: dict `sequence_output` [B, T, H], `pooled_output` [B, H],
+    `encoder_outputs` (list of L [B, T, H]), `default` (= pooled_output).
+  """
+
+  def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12,
+               num_attention_heads=12, intermediate_size=3072,
+               hidden_act="gelu", hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+               type_vocab_size=2, initializer_range=0.02, **kwargs):
+    kwargs.setdefault("name", "bert_encoder")
+    super().__init__(**kwargs)
+    # Validates every value with the same messages as bert_config.json.
+    self._bert_config = configs.BertConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        intermediate_size=intermediate_size, hidden_act=hidden_act,
+        hidden_dropout_prob=hidden_dropout_prob,
+        attention_probs_dropout_prob=attention_probs_dropout_prob,
+        max_position_embeddings=max_position_embeddings,
+        type_vocab_size=type_vocab_size, initializer_range=initializer_range)
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+
+  @classmethod
+  def from_bert_config(cls, config: configs.BertConfig, **kwargs):
+    """Builds (and creates the weights of) an encoder for `config`."""
+    values = config.to_dict()
+    for key in config.extra:
+      values.pop(key)
+    encoder = cls(**values, **kwargs)
+    encoder.build({name: (None, None) for name in INPUT_NAMES})
+    return encoder
+
+  @property
+  def bert_config(self) -> configs.BertConfig:
+    return self._bert_config
+
+  def build(self, input_shape):
+    word_shape = tuple(input_shape["input_word_ids"])
+    hidden_shape = word_shape + (self.hidden_size,)
+    self.embeddings = embeddings.BertEmbeddings(
+        self.vocab_size, self.hidden_size, self.max_position_embeddings,
+        self.type_vocab_size, dropout_rate=self.hidden_dropout_prob,
+        initializer_range=self.initializer_range, dtype=self.dtype_policy,
+        name="embeddings")
+    self.embeddings.build((word_shape, word_shape))
+    self.encoder_layers = []
+    for i in range(self.num_hidden_layers):
+      block = transformer.TransformerBlock(
+          self.hidden_size, self.num_attention_heads, self.intermediate_size,
+          hidden_act=self.hidden_act,
+          hidden_dropout_prob=self.hidden_dropout_prob,
+          attention_probs_dropout_prob=self.attention_probs_dropout_prob,
+          initializer_range=self.initializer_range, dtype=self.dtype_policy,
+          name=f"layer_{i}")
+      block.build((hidden_shape, word_shape))
+      self.encoder_layers.append(block)
+    self.pooler = keras.layers.Dense(
+        self.hidden_size, activation="tanh",
+        kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        dtype=self.dtype_policy, name="pooler")
+    self.pooler.build((word_shape[0], self.hidden_size))
+    self.built = True
+
+  def call(self, inputs, training=None):
+    missing = [name for name in INPUT_NAMES if name not in inputs]
+    if missing:
+      raise ValueError(f"BertEncoder inputs lack {missing}; it takes a dict "
+                       f"with {list(INPUT_NAMES)}")
+    word_ids = inputs["input_word_ids"]
+    mask = inputs["input_mask"]
+    length = word_ids.shape[1]
+    if length is not None and length > self.max_position_embeddings:
+      raise ValueError(f"sequence length {length} exceeds "
+                       f"max_position_embeddings={self.max_position_embeddings}")
+    x = self.embeddings((word_ids, inputs["input_type_ids"]), training=training)
+    layer_outputs = []
+    for block in self.encoder_layers:
+      x = block((x, mask), training=training)
+      layer_outputs.append(x)
+    # [B, T, H] -> [B, H]: the [CLS] position.
+    pooled = self.pooler(x[:, 0, :])
+    return {"sequence_output": x, "pooled_output": pooled,
+            "encoder_outputs": layer_outputs, "default": pooled}
+
+  def get_embedding_table(self):
+    """The [V, H] word-embedding variable (tied to the masked-LM output)."""
+    return self.embeddings.word_embeddings.embeddings
+
+  def get_config(self):
+    config = super().get_config()
+    values = self._bert_config.to_dict()
+    config.update(values)
+    return config
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(**config)

@@ -1,0 +1,111 @@
+"""BERT's pretraining heads: masked-LM and next-sentence prediction."""
+
+import keras
+from keras import ops
+
+from official_bert import activations
+from official_bert import embeddings
+
+# Shape legend: B batch, T sequence, P masked positions per sequence,
+# H hidden size, V vocabulary size.
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class MaskedLMHead(keras.layers.Layer):
+  """Predicts the original ids at the masked positions only.
+
+  Gathers the P masked positions, applies the original's `cls/predictions/
+  transform` (dense + activation + LayerNorm) and scores against the **tied**
+  word-embedding matrix plus a per-id `output_bias`. The embedding table is
+  passed in, not copied, so the head trains the encoder's embeddings.
+
+  Args:
+    embedding_table: the encoder's [V, H] word-embedding variable.
+    hidden_act: activation of the transform, a `bert_config.json` name.
+    initializer_range: stddev of the truncated-normal initializer.
+
+  Inputs: `(sequence_output [B, T, H], masked_lm_positions int [B, P])`.
+  Output: float32 logits [B, P, V].
+  """
+
+  def __init__(self, embedding_table, hidden_act="gelu",
+               initializer_range=0.02, **kwargs):
+    super().__init__(**kwargs)
+    activations.get(hidden_act)
+    self.embedding_table = embedding_table
+    self.hidden_act = hidden_act
+    self.initializer_range = initializer_range
+    self.vocab_size, self.hidden_size = embedding_table.shape
+
+  def build(self, input_shape):
+    sequence_shape = tuple(input_shape[0])
+    self.dense = keras.layers.Dense(
+        self.hidden_size, activation=activations.get(self.hidden_act),
+        kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        dtype=self.dtype_policy, name="dense")
+    self.dense.build(sequence_shape)
+    self.layer_norm = keras.layers.LayerNormalization(
+        epsilon=1e-12, dtype=self.dtype_policy, name="layer_norm")
+    self.layer_norm.build(sequence_shape)
+    self.output_bias = self.add_weight(
+        name="output_bias", shape=(self.vocab_size,), initializer="zeros")
+    self.built = True
+
+  def call(self, inputs):
+    sequence_output, positions = inputs
+    # [B, T, H] gathered at [B, P] -> [B, P, H]
+    positions = ops.cast(positions, "int32")
+    gathered = ops.take_along_axis(sequence_output, positions[:, :, None],
+                                   axis=1)
+    x = self.layer_norm(self.dense(gathered))
+    # [B, P, H] x [V, H]^T -> [B, P, V], in float32.
+    table = ops.cast(self.embedding_table, self.compute_dtype)
+    logits = ops.einsum("bph,vh->bpv", x, table)
+    return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape[1]) + (self.vocab_size,)
+
+  def get_config(self):
+    # The embedding table is shared state, not config: whoever rebuilds this
+    # head (BertPretrainer.from_config) passes the encoder's table again.
+    config = super().get_config()
+    config.update(hidden_act=self.hidden_act,
+                  initializer_range=self.initializer_range)
+    return config
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class NextSentenceHead(keras.layers.Layer):
+  """Classifies the pooled output: 0 = B follows A, 1 = B is random.
+
+  The original's `cls/seq_relationship` (`output_weights` [2, H], stored
+  transposed here as a [H, 2] dense kernel).
+
+  Args:
+    initializer_range: stddev of the truncated-normal initializer.
+
+  Input: pooled_output [B, H]. Output: float32 logits [B, 2].
+  """
+
+  def __init__(self, initializer_range=0.02, **kwargs):
+    super().__init__(**kwargs)
+    self.initializer_range = initializer_range
+
+  def build(self, input_shape):
+    self.dense = keras.layers.Dense(
+        2, kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        dtype=self.dtype_policy, name="dense")
+    self.dense.build(input_shape)
+    self.built = True
+
+  def call(self, pooled_output):
+    return ops.cast(self.dense(pooled_output), "float32")
+
+  def compute_output_shape(self, input_shape):
+    return (input_shape[0], 2)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(initializer_range=self.initializer_range)
+    return config

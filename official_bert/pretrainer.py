@@ -1,0 +1,147 @@
+"""`BertPretrainer`: the encoder with the masked-LM and next-sentence heads.
+
+Also the pretraining loss and metrics exactly as google-research/bert computes
+them:
+
+    mlm_loss = sum(w * CE(masked_lm_ids, mlm_logits)) / (sum(w) + 1e-5)
+    nsp_loss = mean(CE(next_sentence_labels, next_sentence_logits))
+    loss     = mlm_loss + nsp_loss
+
+    model = BertPretrainer.from_bert_config(config)            # MLM + NSP
+    no_nsp = BertPretrainer.from_bert_config(config, use_next_sentence=False)
+"""
+
+import keras
+from keras import ops
+
+from official_bert import configs
+from official_bert import encoder as encoder_lib
+from official_bert import heads
+
+PRETRAINING_INPUT_NAMES = encoder_lib.INPUT_NAMES + ("masked_lm_positions",)
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class BertPretrainer(keras.Model):
+  """BERT with its pretraining heads (`cls/predictions`, `cls/seq_relationship`).
+
+  Args:
+    encoder: a `BertEncoder`.
+    use_next_sentence: False drops the next-sentence head (the paper's
+      "No NSP" ablation, as RoBERTa trains).
+
+  Inputs: the encoder's dict plus `masked_lm_positions` int32 [B, P].
+  Outputs: dict `mlm_logits` float32 [B, P, V] and, with the next-sentence
+    head, `next_sentence_logits` float32 [B, 2].
+  """
+
+  def __init__(self, encoder, use_next_sentence=True, **kwargs):
+    kwargs.setdefault("name", "bert_pretrainer")
+    super().__init__(**kwargs)
+    self.encoder = encoder
+    self.use_next_sentence = use_next_sentence
+    config = encoder.bert_config
+    self.cls_predictions = heads.MaskedLMHead(
+        encoder.get_embedding_table(), hidden_act=config.hidden_act,
+        initializer_range=config.initializer_range,
+        dtype=encoder.dtype_policy, name="cls_predictions")
+    self.cls_seq_relationship = None
+    if use_next_sentence:
+      self.cls_seq_relationship = heads.NextSentenceHead(
+          initializer_range=config.initializer_range,
+          dtype=encoder.dtype_policy, name="cls_seq_relationship")
+
+  @classmethod
+  def from_bert_config(cls, config: configs.BertConfig,
+                       use_next_sentence=True, **kwargs):
+    """Builds (with weights) a pretrainer around a new encoder for `config`."""
+    encoder = encoder_lib.BertEncoder.from_bert_config(config)
+    model = cls(encoder, use_next_sentence=use_next_sentence, **kwargs)
+    model.build({name: (None, None) for name in PRETRAINING_INPUT_NAMES})
+    return model
+
+  def build(self, input_shape):
+    word_shape = tuple(input_shape["input_word_ids"])
+    hidden = self.encoder.hidden_size
+    if not self.encoder.built:
+      self.encoder.build(input_shape)
+    self.cls_predictions.build(
+        (word_shape + (hidden,), tuple(input_shape["masked_lm_positions"])))
+    if self.cls_seq_relationship is not None:
+      self.cls_seq_relationship.build((word_shape[0], hidden))
+    self.built = True
+
+  def call(self, inputs, training=None):
+    encoder_inputs = {name: inputs[name] for name in encoder_lib.INPUT_NAMES}
+    outputs = self.encoder(encoder_inputs, training=training)
+    result = {"mlm_logits": self.cls_predictions(
+        (outputs["sequence_output"], inputs["masked_lm_positions"]))}
+    if self.cls_seq_relationship is not None:
+      result["next_sentence_logits"] = self.cls_seq_relationship(
+          outputs["pooled_output"])
+    return result
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(encoder=keras.saving.serialize_keras_object(self.encoder),
+                  use_next_sentence=self.use_next_sentence)
+    return config
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+    return cls(**config)
+
+
+def _cross_entropy(labels, logits):
+  # [..., C] float32 logits, int labels [...] -> per-example loss [...]
+  return ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+
+
+def pretraining_losses(labels, outputs):
+  """The original's per-batch losses.
+
+  Args:
+    labels: dict with `masked_lm_ids` int [B, P], `masked_lm_weights` float
+      [B, P] and, when the model has the next-sentence head,
+      `next_sentence_labels` int [B] or [B, 1].
+    outputs: the dict `BertPretrainer` returns.
+
+  Returns:
+    dict `masked_lm_loss`, `next_sentence_loss` (0 without the head) and
+    `loss` (their sum), float32 scalars.
+  """
+  weights = ops.cast(labels["masked_lm_weights"], "float32")
+  mlm_ce = _cross_entropy(labels["masked_lm_ids"], outputs["mlm_logits"])
+  mlm_loss = ops.sum(weights * mlm_ce) / (ops.sum(weights) + 1e-5)
+  nsp_loss = ops.zeros((), "float32")
+  if "next_sentence_logits" in outputs:
+    nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
+    nsp_loss = ops.mean(_cross_entropy(nsp_labels,
+                                       outputs["next_sentence_logits"]))
+  return {"masked_lm_loss": mlm_loss, "next_sentence_loss": nsp_loss,
+          "loss": mlm_loss + nsp_loss}
+
+
+def pretraining_metric_counts(labels, outputs):
+  """Correct/total counts for masked-LM and next-sentence accuracy.
+
+  Counts (not ratios) so replicas and steps can be summed before dividing.
+  Masked-LM accuracy is weighted by `masked_lm_weights` (padding slots of
+  masked_lm_positions do not count), as the original's eval metric.
+  """
+  weights = ops.cast(labels["masked_lm_weights"], "float32")
+  mlm_pred = ops.argmax(outputs["mlm_logits"], axis=-1)
+  mlm_hit = ops.cast(ops.equal(mlm_pred, ops.cast(labels["masked_lm_ids"],
+                                                  mlm_pred.dtype)), "float32")
+  counts = {"masked_lm_correct": ops.sum(weights * mlm_hit),
+            "masked_lm_total": ops.sum(weights)}
+  if "next_sentence_logits" in outputs:
+    nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
+    nsp_pred = ops.argmax(outputs["next_sentence_logits"], axis=-1)
+    nsp_hit = ops.cast(ops.equal(nsp_pred, ops.cast(nsp_labels, nsp_pred.dtype)),
+                       "float32")
+    counts["next_sentence_correct"] = ops.sum(nsp_hit)
+    counts["next_sentence_total"] = ops.cast(ops.shape(nsp_hit)[0], "float32")
+  return counts

@@ -1,0 +1,105 @@
+"""The post-LayerNorm Transformer block of BERT."""
+
+import keras
+
+from official_bert import activations
+from official_bert import attention
+from official_bert import embeddings
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class TransformerBlock(keras.layers.Layer):
+  """Self-attention and a feed-forward network, each + residual + LayerNorm.
+
+      a = LayerNorm(x + Dropout(Attention(x, mask)))
+      y = LayerNorm(a + Dropout(W2 act(W1 a)))
+
+  Sublayer names mirror google-research/bert's `layer_N` scope: `attention`
+  (query/key/value/output), `attention_layer_norm` (`attention/output/LayerNorm`),
+  `intermediate` (`intermediate/dense`), `output` (`output/dense`) and
+  `output_layer_norm` (`output/LayerNorm`).
+
+  Args:
+    hidden_size: H.
+    num_attention_heads: N.
+    intermediate_size: width I of the feed-forward layer.
+    hidden_act: a `bert_config.json` activation name.
+    hidden_dropout_prob: dropout on the attention and feed-forward outputs.
+    attention_probs_dropout_prob: dropout on the attention probabilities.
+    initializer_range: stddev of the truncated-normal initializer.
+
+  Inputs: `(x, mask)`: float [B, T, H], int [B, T]. Output: float [B, T, H].
+
+  Example:
+    >>> block = TransformerBlock(32, 4, 37)
+    >>> block((keras.ops.ones((3, 7, 32)), keras.ops.ones((3, 7)))).shape
+    (3, 7, 32)
+  """
+
+  def __init__(self, hidden_size, num_attention_heads, intermediate_size,
+               hidden_act="gelu", hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, initializer_range=0.02,
+               **kwargs):
+    super().__init__(**kwargs)
+    activations.get(hidden_act)  # Validates the name early.
+    self.hidden_size = hidden_size
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.initializer_range = initializer_range
+
+  def build(self, input_shape):
+    x_shape = tuple(input_shape[0])
+    init = lambda: embeddings.truncated_normal(self.initializer_range)
+    self.attention = attention.SelfAttention(
+        self.hidden_size, self.num_attention_heads,
+        dropout_rate=self.attention_probs_dropout_prob,
+        initializer_range=self.initializer_range, dtype=self.dtype_policy,
+        name="attention")
+    self.attention.build(input_shape)
+    self.attention_layer_norm = keras.layers.LayerNormalization(
+        epsilon=1e-12, dtype=self.dtype_policy, name="attention_layer_norm")
+    self.attention_layer_norm.build(x_shape)
+    self.intermediate = keras.layers.Dense(
+        self.intermediate_size, activation=activations.get(self.hidden_act),
+        kernel_initializer=init(), dtype=self.dtype_policy,
+        name="intermediate")
+    self.intermediate.build(x_shape)
+    self.output_dense = keras.layers.Dense(
+        self.hidden_size, kernel_initializer=init(), dtype=self.dtype_policy,
+        name="output")
+    self.output_dense.build(x_shape[:-1] + (self.intermediate_size,))
+    self.output_layer_norm = keras.layers.LayerNormalization(
+        epsilon=1e-12, dtype=self.dtype_policy, name="output_layer_norm")
+    self.output_layer_norm.build(x_shape)
+    self.attention_dropout = keras.layers.Dropout(
+        self.hidden_dropout_prob, dtype=self.dtype_policy)
+    self.output_dropout = keras.layers.Dropout(
+        self.hidden_dropout_prob, dtype=self.dtype_policy)
+    self.built = True
+
+  def call(self, inputs, training=None):
+    x, mask = inputs
+    attended = self.attention((x, mask), training=training)
+    attended = self.attention_dropout(attended, training=training)
+    x = self.attention_layer_norm(x + attended)
+    # [B, T, H] -> [B, T, I] -> [B, T, H]
+    y = self.output_dense(self.intermediate(x))
+    y = self.output_dropout(y, training=training)
+    return self.output_layer_norm(x + y)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape[0])
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(
+        hidden_size=self.hidden_size,
+        num_attention_heads=self.num_attention_heads,
+        intermediate_size=self.intermediate_size, hidden_act=self.hidden_act,
+        hidden_dropout_prob=self.hidden_dropout_prob,
+        attention_probs_dropout_prob=self.attention_probs_dropout_prob,
+        initializer_range=self.initializer_range)
+    return config
