@@ -92,7 +92,6 @@ class BertEncoder(keras.Model):
         initializer_range=self.initializer_range, dtype=self.dtype_policy,
         name="embeddings")
     self.embeddings.build((word_shape, word_shape))
-    self.encoder_layers = []
     for i in range(self.num_hidden_layers):
       block = transformer.TransformerBlock(
           self.hidden_size, self.num_attention_heads, self.intermediate_size,
@@ -102,7 +101,9 @@ class BertEncoder(keras.Model):
           initializer_range=self.initializer_range, dtype=self.dtype_policy,
           name=f"layer_{i}")
       block.build((hidden_shape, word_shape))
-      self.encoder_layers.append(block)
+      # One attribute per block (not a list): Keras 3 lists are not tracked
+      # by tf.train.Checkpoint, and `layer_N` is the original's scope name.
+      setattr(self, f"layer_{i}", block)
     self.pooler = keras.layers.Dense(
         self.hidden_size, activation="tanh",
         kernel_initializer=embeddings.truncated_normal(self.initializer_range),
@@ -130,6 +131,11 @@ class BertEncoder(keras.Model):
     pooled = self.pooler(x[:, 0, :])
     return {"sequence_output": x, "pooled_output": pooled,
             "encoder_outputs": layer_outputs, "default": pooled}
+
+  @property
+  def encoder_layers(self):
+    """The Transformer blocks, first to last."""
+    return [getattr(self, f"layer_{i}") for i in range(self.num_hidden_layers)]
 
   def get_embedding_table(self):
     """The [V, H] word-embedding variable (tied to the masked-LM output)."""

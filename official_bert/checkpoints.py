@@ -1,0 +1,84 @@
+"""The project's checkpoint format: one object graph for every tool.
+
+Every checkpoint official_bert writes (pretraining, conversion from Google's
+or Hugging Face's weights, fine-tuning) is a `tf.train.Checkpoint` whose root
+has a `model` edge; pretraining and converted checkpoints hold a
+`BertPretrainer` there (`model/encoder/...`, `model/cls_predictions/...`), the
+trainer adds `optimizer` and `step`. So any tool can read the encoder out of
+any of them:
+
+    checkpoints.restore_encoder(encoder, "/path/to/output_dir")  # latest
+    checkpoints.restore_encoder(encoder, "/path/to/ckpt-1000")   # a prefix
+"""
+
+import os
+
+import tensorflow as tf
+
+
+def resolve(path):
+  """A checkpoint prefix for `path`: a prefix itself or a directory's latest."""
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest is None:
+      raise ValueError(f"checkpoint directory {path} holds no checkpoint "
+                       "(no 'checkpoint' index file); pass a checkpoint prefix "
+                       "such as {path}/ckpt-1000")
+    return latest
+  if not tf.io.gfile.exists(path + ".index"):
+    raise ValueError(f"checkpoint {path} not found: expected {path}.index "
+                     "(pass a checkpoint prefix or the directory holding it)")
+  return path
+
+
+def save_model(model, prefix):
+  """Writes `model` (a BertPretrainer or BertEncoder) under `prefix`.
+
+  Returns the written prefix. The checkpoint's files appear only when
+  complete (TensorFlow writes them under temporary names, then renames).
+  """
+  os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+  return tf.train.Checkpoint(model=model).write(prefix)
+
+
+def restore_encoder(encoder, path):
+  """Restores `encoder`'s weights from any official_bert checkpoint.
+
+  Accepts checkpoints whose `model` is a BertPretrainer (pretraining,
+  conversion) or a model with an `encoder` attribute (fine-tuned models), and
+  plain encoder checkpoints. Every encoder variable must be found: a
+  mismatch raises one ValueError naming the checkpoint.
+  """
+  prefix = resolve(path)
+  reader = tf.train.load_checkpoint(prefix)
+  names = reader.get_variable_to_shape_map()
+  if any(name.startswith("model/encoder/") for name in names):
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
+  else:
+    root = tf.train.Checkpoint(model=encoder)
+  try:
+    status = root.read(prefix)
+    status.expect_partial()
+    status.assert_existing_objects_matched()
+  except (AssertionError, ValueError) as e:
+    raise ValueError(f"checkpoint {prefix} does not match the encoder's "
+                     f"config (check bert_config_file): {_first_line(e)}") from None
+  return prefix
+
+
+def restore_model(model, path):
+  """Restores all of `model` (e.g. a BertPretrainer) from a checkpoint."""
+  prefix = resolve(path)
+  try:
+    status = tf.train.Checkpoint(model=model).read(prefix)
+    status.expect_partial()
+    status.assert_existing_objects_matched()
+  except (AssertionError, ValueError) as e:
+    raise ValueError(f"checkpoint {prefix} does not match the model "
+                     f"(check bert_config_file): {_first_line(e)}") from None
+  return prefix
+
+
+def _first_line(error):
+  text = str(error).strip().splitlines()
+  return text[0][:300] if text else type(error).__name__
