@@ -1,0 +1,114 @@
+"""Distribution strategy and mixed-precision policy, shared by every trainer.
+
+    strategy = distribution.get_strategy("mirrored", num_gpus=2)
+    distribution.set_mixed_precision("mixed_bfloat16")   # before building models
+    with strategy.scope():
+      model = ...
+
+Strategies (`--distribution_strategy`):
+  default                the default strategy: one device, no tf.distribute wrapping
+  one_device             OneDeviceStrategy on /gpu:0 (or /cpu:0 with --num_gpus=0)
+  mirrored               MirroredStrategy over --num_gpus GPUs (all visible when
+                         unset; the CPU when there are none)
+  multi_worker_mirrored  MultiWorkerMirroredStrategy; workers from TF_CONFIG
+  tpu                    TPUStrategy on --tpu (name or grpc:// address)
+
+XLA (`jit_compile`) compiles for one device; with a multi-device strategy
+in one process it fails on this stack ("variable on another device"), so
+`check_jit_compile` refuses that combination with one sentence.
+"""
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored",
+              "tpu")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def get_strategy(name="default", num_gpus=None, tpu=None):
+  """The tf.distribute strategy called `name` (see the module docstring)."""
+  if name not in STRATEGIES:
+    raise ValueError(f"--distribution_strategy must be one of {STRATEGIES}, "
+                     f"got {name!r}")
+  gpus = tf.config.list_logical_devices("GPU")
+  if name == "default":
+    return tf.distribute.get_strategy()
+  if name == "one_device":
+    use_gpu = gpus and num_gpus != 0
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if use_gpu else "/cpu:0")
+  if name == "mirrored":
+    if num_gpus is None:
+      devices = [d.name for d in gpus] or None
+    elif num_gpus == 0:
+      devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    else:
+      if num_gpus > len(gpus):
+        raise ValueError(f"--num_gpus={num_gpus} but only {len(gpus)} GPUs "
+                         "are visible; lower --num_gpus.")
+      devices = [d.name for d in gpus[:num_gpus]]
+    return tf.distribute.MirroredStrategy(devices)
+  if name == "multi_worker_mirrored":
+    if "TF_CONFIG" not in os.environ:
+      raise ValueError("--distribution_strategy=multi_worker_mirrored needs "
+                       "the TF_CONFIG environment variable (cluster and task) "
+                       "set on every worker.")
+    json.loads(os.environ["TF_CONFIG"])  # a clear JSON error early
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  if not tpu:
+    raise ValueError("--distribution_strategy=tpu needs --tpu (the TPU name "
+                     "or grpc:// address).")
+  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+  tf.config.experimental_connect_to_cluster(resolver)
+  tf.tpu.experimental.initialize_tpu_system(resolver)
+  return tf.distribute.TPUStrategy(resolver)
+
+
+def split_cpu(num_devices):
+  """Splits the CPU into `num_devices` logical devices (before TF starts).
+
+  Lets MirroredStrategy run real replicas on a CPU-only machine
+  (`--distribution_strategy=mirrored --num_gpus=0`).
+  """
+  cpus = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(
+      cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+
+
+def set_mixed_precision(policy):
+  """Sets Keras's global dtype policy; call before building the model."""
+  if policy not in PRECISIONS:
+    raise ValueError(f"--mixed_precision must be one of {PRECISIONS}, "
+                     f"got {policy!r}")
+  keras.mixed_precision.set_global_policy(policy)
+
+
+def check_jit_compile(strategy, jit_compile):
+  """Raises when XLA is asked for with several devices in this process."""
+  if jit_compile and num_local_devices(strategy) > 1:
+    raise ValueError(
+        f"--jit_compile compiles for one device, but the strategy has "
+        f"{num_local_devices(strategy)} devices in this process; drop "
+        "--jit_compile or use one device per process (multi_worker_mirrored).")
+
+
+def num_local_devices(strategy):
+  """Replicas this process runs (the default strategy has one)."""
+  try:
+    return len(strategy.extended.worker_devices)
+  except RuntimeError:  # the default strategy does not list its device
+    return 1
+
+
+def is_chief(strategy):
+  """True on the worker that writes checkpoints, summaries and logs."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.cluster_spec().as_dict():
+    return True
+  task_type, task_id = resolver.task_type, resolver.task_id
+  return task_type in (None, "chief") or (
+      task_type == "worker" and task_id == 0 and
+      "chief" not in resolver.cluster_spec().as_dict())

@@ -1,0 +1,281 @@
+"""Pretrains BERT (masked LM + next sentence) on create_pretraining_data.py's TFRecords.
+
+The command and flags of google-research/bert's run_pretraining.py, on any
+tf.distribute strategy:
+
+    python -m official_bert.run_pretraining \\
+      --input_file='/tmp/tf_examples-*.tfrecord' --output_dir=/tmp/pretraining \\
+      --bert_config_file=bert_config.json --do_train --do_eval \\
+      --train_batch_size=32 --max_seq_length=128 --max_predictions_per_seq=20 \\
+      --num_train_steps=20 --num_warmup_steps=10 --learning_rate=2e-5
+
+Writes to --output_dir: ckpt-<step>.{index,data-*} and `checkpoint`
+(model, optimizer, step; rerunning resumes from the latest), train/ and eval/
+TensorBoard summaries, flags.json (the resolved flags), bert_config.json
+and, with --do_eval, eval_results.txt.
+"""
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+# ---- the original's flags, same names and defaults
+flags.DEFINE_string("bert_config_file", None,
+                    "bert_config.json of the model to pretrain.")
+flags.DEFINE_string("input_file", None,
+                    "Input TFRecord files: comma-separated globs.")
+flags.DEFINE_string("output_dir", None,
+                    "Where checkpoints, summaries and results are written; "
+                    "rerunning with the same directory resumes.")
+flags.DEFINE_string("init_checkpoint", None,
+                    "Warm-start the weights (not the optimizer or step) from "
+                    "this checkpoint prefix or directory, e.g. phase 1 for "
+                    "phase 2. Ignored when output_dir holds a checkpoint.")
+flags.DEFINE_integer("max_seq_length", 128,
+                     "Sequence length of the TFRecords (must match the data).")
+flags.DEFINE_integer("max_predictions_per_seq", 20,
+                     "Masked-LM predictions per sequence in the TFRecords "
+                     "(must match the data).")
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_eval", False, "Whether to evaluate on --input_file.")
+flags.DEFINE_integer("train_batch_size", 32,
+                     "Global training batch size (all replicas and "
+                     "accumulation steps together).")
+flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
+flags.DEFINE_integer("num_warmup_steps", 10000,
+                     "Steps of linear learning-rate warmup.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                     "Save a checkpoint every this many steps.")
+flags.DEFINE_integer("max_eval_steps", 100, "Maximum evaluation batches.")
+# ---- added: distribution, precision, optimiser, loop
+flags.DEFINE_enum("distribution_strategy", "default",
+                  ["default", "one_device", "mirrored",
+                   "multi_worker_mirrored", "tpu"],
+                  "tf.distribute strategy; multi_worker_mirrored reads the "
+                  "cluster from TF_CONFIG.")
+flags.DEFINE_integer("num_gpus", None,
+                     "GPUs for mirrored/one_device (default: all visible; 0 = "
+                     "use the CPU devices).")
+flags.DEFINE_integer("num_cpu_devices", 1,
+                     "Split the CPU into this many logical devices (with "
+                     "--distribution_strategy=mirrored --num_gpus=0: replicas "
+                     "on one CPU, for testing).")
+flags.DEFINE_string("tpu", None, "TPU name or grpc:// address for "
+                    "--distribution_strategy=tpu.")
+flags.DEFINE_enum("mixed_precision", "float32",
+                  ["float32", "mixed_bfloat16", "mixed_float16"],
+                  "Compute dtype policy; mixed_float16 adds dynamic loss "
+                  "scaling. Variables stay float32.")
+flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
+                  "AdamW (BERT) or LAMB (large batches).")
+flags.DEFINE_bool("jit_compile", False,
+                  "Compile the training step with XLA (one device per "
+                  "process).")
+flags.DEFINE_integer("steps_per_loop", 1000,
+                     "Steps per tf.function call (between progress lines); "
+                     "the original's iterations_per_loop.")
+flags.DEFINE_integer("gradient_accumulation_steps", 1,
+                     "Micro-batches per step (train_batch_size is split).")
+flags.DEFINE_float("max_grad_norm", 1.0,
+                   "Clip the gradient's global norm to this (0 = off).")
+flags.DEFINE_float("weight_decay", 0.01,
+                   "Decoupled weight decay (not on LayerNorm and biases).")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
+flags.DEFINE_integer("seed", 12345,
+                     "Seed of the weights, dropout and data order.")
+
+
+def _atomic_write(path, text):
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def _check_flags():
+  """The flag errors one sentence can explain, before TensorFlow starts."""
+  if not FLAGS.do_train and not FLAGS.do_eval:
+    raise app.UsageError("At least one of --do_train or --do_eval must be set.")
+  for name in ("bert_config_file", "input_file", "output_dir"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  if not os.path.exists(FLAGS.bert_config_file):
+    raise app.UsageError(f"--bert_config_file {FLAGS.bert_config_file} does "
+                         "not exist; pass a bert_config.json.")
+  for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
+               "save_checkpoints_steps", "steps_per_loop",
+               "gradient_accumulation_steps", "max_seq_length",
+               "max_predictions_per_seq", "num_cpu_devices"):
+    if getattr(FLAGS, name) <= 0:
+      raise app.UsageError(f"--{name} must be positive, got "
+                           f"{getattr(FLAGS, name)}.")
+  if not 0 <= FLAGS.num_warmup_steps <= FLAGS.num_train_steps:
+    raise app.UsageError(f"--num_warmup_steps={FLAGS.num_warmup_steps} must "
+                         f"be between 0 and --num_train_steps="
+                         f"{FLAGS.num_train_steps}.")
+
+
+def pretraining_eval_sums(labels, outputs):
+  """Sums for the original's eval metrics (ratios taken over the whole set)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  weights = ops.cast(labels["masked_lm_weights"], "float32")
+  mlm_ce = keras.losses.sparse_categorical_crossentropy(
+      labels["masked_lm_ids"], outputs["mlm_logits"], from_logits=True)
+  nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
+  nsp_ce = keras.losses.sparse_categorical_crossentropy(
+      nsp_labels, outputs["next_sentence_logits"], from_logits=True)
+  sums = pretrainer.pretraining_metric_counts(labels, outputs)
+  sums["masked_lm_loss_sum"] = ops.sum(weights * mlm_ce)
+  sums["next_sentence_loss_sum"] = ops.sum(nsp_ce)
+  return sums
+
+
+def eval_results(sums, step):
+  """The original's eval_results.txt values from `pretraining_eval_sums` sums."""
+  mlm_total = max(sums["masked_lm_total"], 1e-12)
+  nsp_total = max(sums["next_sentence_total"], 1e-12)
+  result = {
+      "global_step": step,
+      "masked_lm_accuracy": sums["masked_lm_correct"] / mlm_total,
+      "masked_lm_loss": sums["masked_lm_loss_sum"] / mlm_total,
+      "next_sentence_accuracy": sums["next_sentence_correct"] / nsp_total,
+      "next_sentence_loss": sums["next_sentence_loss_sum"] / nsp_total,
+  }
+  result["loss"] = result["masked_lm_loss"] + result["next_sentence_loss"]
+  return result
+
+
+def main(argv):
+  del argv
+  _check_flags()
+  # TensorFlow starts here, after the cheap checks.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from official_bert import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert import input_pipeline  # pylint: disable=g-import-not-at-top
+  from official_bert import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
+  if FLAGS.num_cpu_devices > 1:
+    distribution.split_cpu(FLAGS.num_cpu_devices)
+  try:
+    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file)
+  except (ValueError, TypeError, KeyError) as e:
+    raise app.UsageError(f"--bert_config_file {FLAGS.bert_config_file}: {e}")
+  if FLAGS.max_seq_length > config.max_position_embeddings:
+    raise app.UsageError(
+        f"--max_seq_length={FLAGS.max_seq_length} exceeds max_position_"
+        f"embeddings={config.max_position_embeddings} of "
+        f"{FLAGS.bert_config_file}; lower --max_seq_length.")
+  try:
+    files = input_pipeline.resolve_input_files(FLAGS.input_file)
+    input_pipeline.check_input_files(files, FLAGS.max_seq_length,
+                                     FLAGS.max_predictions_per_seq)
+    strategy = distribution.get_strategy(
+        FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu)
+    distribution.check_jit_compile(strategy, FLAGS.jit_compile)
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  replicas = strategy.num_replicas_in_sync
+  micro = replicas * FLAGS.gradient_accumulation_steps
+  if FLAGS.do_train and FLAGS.train_batch_size % micro:
+    raise app.UsageError(
+        f"--train_batch_size={FLAGS.train_batch_size} is not divisible by "
+        f"{replicas} replicas x --gradient_accumulation_steps="
+        f"{FLAGS.gradient_accumulation_steps}; use a multiple of {micro}.")
+
+  keras.utils.set_random_seed(FLAGS.seed)
+  distribution.set_mixed_precision(FLAGS.mixed_precision)
+  with strategy.scope():
+    model = pretrainer.BertPretrainer.from_bert_config(config)
+    optimizer = optimization.create_optimizer(
+        FLAGS.optimizer, FLAGS.learning_rate, FLAGS.num_train_steps,
+        FLAGS.num_warmup_steps, weight_decay=FLAGS.weight_decay,
+        mixed_precision=FLAGS.mixed_precision)
+  train_config = trainer_lib.TrainConfig(
+      output_dir=FLAGS.output_dir, num_train_steps=FLAGS.num_train_steps,
+      steps_per_loop=FLAGS.steps_per_loop,
+      save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+      max_grad_norm=FLAGS.max_grad_norm,
+      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+      jit_compile=FLAGS.jit_compile, keep_checkpoints=FLAGS.keep_checkpoint_max)
+  trainer = trainer_lib.Trainer(
+      strategy, model, optimizer, pretrainer.pretraining_losses, train_config,
+      metric_fn=pretrainer.pretraining_metric_counts)
+
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  if trainer.is_chief:
+    ours = next(module_flags for module_flags in
+                FLAGS.flags_by_module_dict().values()
+                if any(f.name == "bert_config_file" for f in module_flags))
+    resolved = {f.name: f.value for f in ours}
+    resolved["num_replicas"] = replicas
+    _atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
+                  json.dumps(resolved, indent=2, sort_keys=True) + "\n")
+    config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
+  print(f"{len(files)} input files, {replicas} replicas "
+        f"({FLAGS.distribution_strategy}), {FLAGS.mixed_precision}, "
+        f"{model.count_params():,} parameters", flush=True)
+
+  def warm_start():
+    if FLAGS.init_checkpoint:
+      try:
+        prefix = checkpoints.restore_model(model, FLAGS.init_checkpoint)
+      except ValueError as e:
+        raise app.UsageError(f"--init_checkpoint: {e}")
+      print(f"Warm-started the weights from {prefix}", flush=True)
+
+  start = trainer.restore_or_init(init_fn=warm_start)
+  step = start
+  if FLAGS.do_train:
+    train_fn = input_pipeline.pretraining_dataset_fn(
+        files, FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps,
+        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, is_training=True,
+        seed=FLAGS.seed)
+    try:
+      result = trainer.train(train_fn, global_batch_size=FLAGS.train_batch_size)
+    except trainer_lib.NonFiniteLossError as e:
+      print(f"Error: {e}", file=sys.stderr)
+      sys.exit(1)
+    step = result.step
+    if result.preempted:
+      return
+    print(f"Trained steps {start}..{step}: "
+          + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
+          flush=True)
+  if FLAGS.do_eval:
+    eval_fn = input_pipeline.pretraining_dataset_fn(
+        files, FLAGS.eval_batch_size, FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq, is_training=False)
+    sums = trainer.evaluate(eval_fn, pretraining_eval_sums,
+                            max_steps=FLAGS.max_eval_steps)
+    result = eval_results(sums, step)
+    if trainer.is_chief:
+      path = os.path.join(FLAGS.output_dir, "eval_results.txt")
+      _atomic_write(path, "".join(f"{k} = {result[k]}\n"
+                                  for k in sorted(result)))
+      writer = tf.summary.create_file_writer(
+          os.path.join(FLAGS.output_dir, "eval"))
+      with writer.as_default(step=step):
+        for key, value in result.items():
+          tf.summary.scalar(key, value)
+      writer.flush()
+    print(f"Eval at step {step} on {sums['eval_steps']} batches: "
+          + " ".join(f"{k} {v:.4g}" for k, v in sorted(result.items())),
+          flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
