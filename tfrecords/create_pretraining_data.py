@@ -1,0 +1,421 @@
+r"""Creates masked-LM / next-sentence pretraining TFRecords from raw text.
+
+The flags, algorithm and output format of google-research/bert's
+create_pretraining_data.py, run as a streaming, parallel job:
+
+  main process   reads lines, tokenizes them in big batches (TF Text, the
+                 project's FullTokenizer), groups whole documents into windows
+                 of about --window_tokens tokens, writes the records;
+  worker procs   build, mask and serialize one window's instances each
+                 (numpy only: tfrecords/instances.py; no TensorFlow import).
+
+Memory is bounded by a few windows, not by the corpus. Each window's random
+streams are seeded from (random_seed, window, dupe), so the files are
+byte-identical for a seed whatever --num_workers is. Files are written under
+`<name>.incomplete` and renamed when complete.
+
+Input: one sentence per line, a blank line between documents.
+
+Usage:
+  python -m tfrecords.create_pretraining_data \
+    --input_file=corpus.txt --output_file=/tmp/pretrain.tfrecord \
+    --vocab_file=vocab.txt --do_lower_case=True --max_seq_length=128 \
+    --max_predictions_per_seq=20 --masked_lm_prob=0.15 --random_seed=12345 \
+    --dupe_factor=5
+"""
+
+import collections
+import dataclasses
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from official_bert import features
+from tfrecords import instances
+
+# Lines per tokenizer call: big batches amortise the per-call cost.
+LINES_PER_BATCH = 16384
+# Bytes read from a file at a time (then cut at the last newline).
+READ_BYTES = 1 << 22
+# Instances decoded to tokens in the log, as the original's first examples.
+LOGGED_EXAMPLES = 3
+
+
+@dataclasses.dataclass
+class JobConfig:
+  """Everything one run needs (the programs' flags, resolved)."""
+  input_files: list
+  output_files: list
+  vocab_file: str
+  do_lower_case: bool = True
+  do_whole_word_mask: bool = False
+  max_seq_length: int = 128
+  max_predictions_per_seq: int = 20
+  random_seed: int = 12345
+  dupe_factor: int = 10
+  masked_lm_prob: float = 0.15
+  short_seq_prob: float = 0.1
+  num_workers: int = 0
+  compression: str = ""  # "" or "GZIP"
+  window_tokens: int = 1 << 18
+
+
+class InputError(ValueError):
+  """Bad input data or flags; the message is one sentence for the user."""
+
+
+def expand_inputs(input_file):
+  """Comma list of globs -> sorted file list; a glob matching nothing raises."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  files = []
+  for pattern in filter(None, (p.strip() for p in input_file.split(","))):
+    matched = sorted(tf.io.gfile.glob(pattern))
+    if not matched:
+      raise InputError(f"--input_file pattern {pattern} matches no file; "
+                       "check the path.")
+    files += matched
+  if not files:
+    raise InputError("--input_file is empty; give a comma list of text files.")
+  return files
+
+
+def output_paths(output_file, num_output_shards):
+  """Comma list of outputs, each split in num_output_shards when > 1."""
+  names = [p.strip() for p in output_file.split(",") if p.strip()]
+  if not names:
+    raise InputError("--output_file is empty; give one or more output paths.")
+  if num_output_shards < 1:
+    raise InputError(f"--num_output_shards={num_output_shards} must be >= 1.")
+  if num_output_shards == 1:
+    return names
+  return [f"{name}-{i:05d}-of-{num_output_shards:05d}"
+          for name in names for i in range(num_output_shards)]
+
+
+class _Reader:
+  """Yields (lines, is_blank) batches from the input files; counts problems."""
+
+  def __init__(self, files):
+    self.files = files
+    self.total_bytes = sum(os.path.getsize(f) for f in files)
+    self.bytes_read = 0
+    self.undecodable_lines = 0
+    self.empty_files = []
+
+  def _lines(self):
+    for path in self.files:
+      if os.path.getsize(path) == 0:
+        self.empty_files.append(path)
+        continue
+      with open(path, "rb") as f:
+        rest = b""
+        while True:
+          block = f.read(READ_BYTES)
+          self.bytes_read += len(block)
+          if not block:
+            if rest:
+              yield from self._decode(rest)
+            break
+          block = rest + block
+          cut = block.rfind(b"\n") + 1
+          rest = block[cut:]
+          if cut:
+            yield from self._decode(block[:cut - 1])
+      yield ""  # A file ends its last document.
+
+  def _decode(self, block):
+    try:
+      return block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+      lines = []
+      for raw in block.split(b"\n"):
+        try:
+          lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+          # As the original: drop the undecodable bytes, keep the rest.
+          self.undecodable_lines += 1
+          lines.append(raw.decode("utf-8", "ignore"))
+      return lines
+
+  def batches(self):
+    batch = []
+    for line in self._lines():
+      batch.append(line)
+      if len(batch) == LINES_PER_BATCH:
+        yield batch, [not x.strip() for x in batch]
+        batch = []
+    if batch:
+      yield batch, [not x.strip() for x in batch]
+
+
+def _tokenized_batches(reader, tokenizer):
+  """(ids int32, ids per line, is_blank) per batch; tokenizing overlaps reading."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  dataset = tf.data.Dataset.from_generator(
+      reader.batches, output_signature=(tf.TensorSpec([None], tf.string),
+                                        tf.TensorSpec([None], tf.bool)))
+  dataset = dataset.map(
+      lambda lines, blank: (tokenizer.tokenize(lines), blank),
+      num_parallel_calls=2, deterministic=True).prefetch(2)
+  for ids, blank in dataset:
+    yield (ids.flat_values.numpy().astype(np.int32),
+           ids.row_lengths().numpy(), blank.numpy())
+
+
+class _Writers:
+  """Round-robin TFRecord writers under temporary names, renamed at the end."""
+
+  def __init__(self, paths, compression):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self._tf = tf
+    self.paths = paths
+    self.counts = [0] * len(paths)
+    options = tf.io.TFRecordOptions(compression_type=compression)
+    for path in paths:
+      parent = os.path.dirname(path)
+      if parent:
+        tf.io.gfile.makedirs(parent)
+    self._writers = [tf.io.TFRecordWriter(p + ".incomplete", options)
+                     for p in paths]
+    self._next = 0
+
+  def write(self, records):
+    writers, n = self._writers, len(self._writers)
+    for record in records:
+      writers[self._next].write(record)
+      self.counts[self._next] += 1
+      self._next = (self._next + 1) % n
+
+  def commit(self):
+    for w in self._writers:
+      w.close()
+    for p in self.paths:
+      self._tf.io.gfile.rename(p + ".incomplete", p, overwrite=True)
+
+  def abort(self):
+    for w, p in zip(self._writers, self.paths):
+      w.close()
+      if self._tf.io.gfile.exists(p + ".incomplete"):
+        self._tf.io.gfile.remove(p + ".incomplete")
+
+
+def _log_examples(records, tokenizer):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for record in records:
+    feature = tf.train.Example.FromString(record).features.feature
+    mask = list(feature["input_mask"].int64_list.value)
+    n = sum(mask)
+    logging.info("*** Example ***")
+    logging.info("tokens: %s", " ".join(tokenizer.convert_ids_to_tokens(
+        feature["input_ids"].int64_list.value[:n])))
+    for name, kind, _ in features.SCHEMA:
+      values = (feature[name].float_list if kind == "float"
+                else feature[name].int64_list).value
+      logging.info("%s: %s", name, " ".join(str(v) for v in values))
+
+
+def _progress(start, reader, stats):
+  elapsed = time.time() - start
+  done = reader.bytes_read / max(1, reader.total_bytes)
+  eta = elapsed * (1 - done) / done if done > 0 else float("nan")
+  print(f"[create_pretraining_data] {done:6.1%} of input, "
+        f"{stats['documents']:,} documents, {stats['instances']:,} instances "
+        f"({stats['instances'] / max(elapsed, 1e-9):,.0f}/s), "
+        f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s", file=sys.stderr, flush=True)
+
+
+def create_pretraining_data(config):
+  """Runs the job; returns a dict of counts. Raises InputError on bad input."""
+  start = time.time()
+  # Workers start first (spawned: fork after importing TF is unsafe), so
+  # their start-up overlaps the TensorFlow import below.
+  pool = None
+  if config.num_workers > 0:
+    pool = multiprocessing.get_context("spawn").Pool(config.num_workers)
+  try:
+    return _run(config, pool, start)
+  finally:
+    if pool is not None:
+      pool.terminate()
+
+
+def _run(config, pool, start):
+  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  try:
+    tokenizer = tokenization.FullTokenizer(config.vocab_file, config.do_lower_case)
+  except ValueError as e:
+    raise InputError(str(e)) from None
+  vocab = tokenizer.vocab
+  options = instances.InstanceOptions(
+      vocab_size=len(vocab), cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
+      mask_id=tokenizer.mask_id, max_seq_length=config.max_seq_length,
+      max_predictions_per_seq=config.max_predictions_per_seq,
+      masked_lm_prob=config.masked_lm_prob,
+      short_seq_prob=config.short_seq_prob, dupe_factor=config.dupe_factor,
+      random_seed=config.random_seed,
+      do_whole_word_mask=config.do_whole_word_mask,
+      continuation=np.array([t.startswith("##") for t in vocab]))
+  try:
+    options.validate()
+  except ValueError as e:
+    raise InputError(str(e)) from None
+  reader = _Reader(config.input_files)
+  windower = instances.Windower(config.window_tokens)
+  stats = collections.Counter()
+  writers = _Writers(config.output_files, config.compression)
+  try:
+    if pool is not None:
+      run = lambda w: pool.apply_async(instances.process_window, (w, options))
+    else:
+      run = lambda w: _Done(instances.process_window(w, options))
+    pending = collections.deque()
+    last_report = time.time()
+
+    def drain(limit):
+      nonlocal last_report
+      while len(pending) > limit:
+        result = pending.popleft().get()
+        records = features.split_blob(result.blob, result.lengths)
+        if result.index == 0:
+          _log_examples(records[:LOGGED_EXAMPLES], tokenizer)
+        writers.write(records)
+        stats.update(documents=result.documents, sentences=result.sentences,
+                     tokens=result.tokens, instances=len(result.lengths),
+                     random_next=result.random_next, windows=1)
+        if time.time() - last_report > 2:
+          _progress(start, reader, stats)
+          last_report = time.time()
+
+    in_flight = max(1, config.num_workers) + 1
+    for ids, lengths, blank in _tokenized_batches(reader, tokenizer):
+      for window in windower.add(ids, lengths, blank):
+        pending.append(run(window))
+        drain(in_flight)
+    for window in windower.finish():
+      pending.append(run(window))
+    drain(0)
+    if not stats["instances"]:
+      raise InputError(
+          f"No documents in --input_file ({', '.join(config.input_files)}): "
+          "the files are empty or blank; give text with one sentence per "
+          "line and a blank line between documents.")
+    writers.commit()
+  except BaseException:
+    writers.abort()
+    raise
+  stats["seconds"] = time.time() - start
+  stats["undecodable_lines"] = reader.undecodable_lines
+  stats["empty_files"] = len(reader.empty_files)
+  for path in reader.empty_files:
+    logging.warning("Skipped empty input file %s.", path)
+  if stats["documents"] == 1:
+    logging.warning("The input holds one document, so random next segments "
+                    "come from that same document.")
+  return dict(stats)
+
+
+class _Done:
+  """An already computed result with the AsyncResult interface."""
+
+  def __init__(self, value):
+    self._value = value
+
+  def get(self):
+    return self._value
+
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("input_file", None,
+                    "Input raw text file (or comma-separated list of files/globs).")
+flags.DEFINE_string("output_file", None,
+                    "Output TF example file (or comma-separated list of files).")
+flags.DEFINE_string("vocab_file", None,
+                    "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_bool("do_lower_case", True,
+                  "Whether to lower case the input text. Should be True for "
+                  "uncased models and False for cased models.")
+flags.DEFINE_bool("do_whole_word_mask", False,
+                  "Whether to use whole word masking rather than per-WordPiece masking.")
+flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+flags.DEFINE_integer("max_predictions_per_seq", 20,
+                     "Maximum number of masked LM predictions per sequence.")
+flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+flags.DEFINE_integer("dupe_factor", 10,
+                     "Number of times to duplicate the input data (with different masks).")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+flags.DEFINE_float("short_seq_prob", 0.1,
+                   "Probability of creating sequences which are shorter than the "
+                   "maximum length.")
+# New in this implementation.
+flags.DEFINE_integer("num_workers", None,
+                     "Processes that build instances (default: all cores; 0 = "
+                     "in the main process). Does not change the output.")
+flags.DEFINE_integer("num_output_shards", 1,
+                     "Split each --output_file into this many shards named "
+                     "NAME-00000-of-0000N (instances go round-robin).")
+flags.DEFINE_enum("compression", "none", ["none", "GZIP"],
+                  "Compression of the output TFRecord files.")
+flags.DEFINE_integer("window_tokens", 1 << 18,
+                     "Documents are processed in windows of about this many "
+                     "tokens (at least 16 documents); the random next segment "
+                     "comes from the same window. Changes the output.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  for name in ("input_file", "output_file", "vocab_file"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  num_workers = FLAGS.num_workers
+  if num_workers is None:
+    num_workers = len(os.sched_getaffinity(0))
+  if num_workers < 0:
+    raise app.UsageError(f"--num_workers={num_workers} must be >= 0.")
+  if FLAGS.window_tokens < 1:
+    raise app.UsageError(f"--window_tokens={FLAGS.window_tokens} must be >= 1.")
+  try:
+    config = JobConfig(
+        input_files=expand_inputs(FLAGS.input_file),
+        output_files=output_paths(FLAGS.output_file, FLAGS.num_output_shards),
+        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+        do_whole_word_mask=FLAGS.do_whole_word_mask,
+        max_seq_length=FLAGS.max_seq_length,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
+        masked_lm_prob=FLAGS.masked_lm_prob,
+        short_seq_prob=FLAGS.short_seq_prob, num_workers=num_workers,
+        compression="" if FLAGS.compression == "none" else FLAGS.compression,
+        window_tokens=FLAGS.window_tokens)
+    logging.info("Resolved config: %s", json.dumps(dataclasses.asdict(config)))
+    stats = create_pretraining_data(config)
+  except InputError as e:
+    print(f"create_pretraining_data: error: {e}", file=sys.stderr)
+    sys.exit(1)
+  seconds = stats["seconds"]
+  skipped = []
+  if stats["undecodable_lines"]:
+    skipped.append(f"{stats['undecodable_lines']} lines with undecodable "
+                   "bytes (bytes dropped)")
+  if stats["empty_files"]:
+    skipped.append(f"{stats['empty_files']} empty files")
+  print(f"[create_pretraining_data] done: wrote {stats['instances']:,} "
+        f"instances ({stats['random_next'] / stats['instances']:.1%} random "
+        f"next) from {stats['documents']:,} documents, "
+        f"{stats['sentences']:,} sentences, {stats['tokens']:,} tokens to "
+        f"{len(config.output_files)} file(s) in {seconds:.1f} s "
+        f"({stats['instances'] / seconds:,.0f} instances/s)"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
+        file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
