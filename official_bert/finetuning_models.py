@@ -1,0 +1,184 @@
+"""Fine-tuning models on `BertEncoder`: sentence(-pair) classification or
+regression, SQuAD-style span labelling and NER-style token classification.
+
+Each model keeps the encoder under the attribute `encoder`, so its
+checkpoints (`model/encoder/...`) are read by `checkpoints.restore_encoder`
+like a pretraining checkpoint, and a pretrained or converted checkpoint
+initialises it with:
+
+    model = BertClassifier.from_bert_config(config, num_classes=3)
+    checkpoints.restore_encoder(model.encoder, "/path/to/init_checkpoint")
+
+Heads compute in the encoder's dtype policy and return float32 logits, so the
+losses are stable under a mixed_bfloat16 / mixed_float16 policy.
+
+Shape legend: B batch, T sequence, H hidden size, C classes.
+"""
+
+import keras
+from keras import ops
+
+from official_bert import configs
+from official_bert import embeddings
+from official_bert import encoder as encoder_lib
+
+
+def _build_encoder_model(model):
+  model.build({name: (None, None) for name in encoder_lib.INPUT_NAMES})
+  return model
+
+
+class _FineTuningModel(keras.Model):
+  """Stores the encoder, the dropout rate and the output size."""
+
+  def __init__(self, encoder, num_classes, dropout_rate=None, **kwargs):
+    super().__init__(**kwargs)
+    if int(num_classes) < 1:
+      raise ValueError(f"num_classes must be at least 1, got {num_classes!r}")
+    self.encoder = encoder
+    self.num_classes = int(num_classes)
+    # The original fine-tunes with the config's hidden dropout on the head.
+    self.dropout_rate = (encoder.hidden_dropout_prob if dropout_rate is None
+                         else float(dropout_rate))
+    initializer_range = encoder.initializer_range
+    self.dropout = keras.layers.Dropout(
+        self.dropout_rate, dtype=encoder.dtype_policy, name="dropout")
+    self.classifier = keras.layers.Dense(
+        self.num_classes,
+        kernel_initializer=embeddings.truncated_normal(initializer_range),
+        dtype=encoder.dtype_policy, name="classifier")
+
+  @classmethod
+  def from_bert_config(cls, config: configs.BertConfig, num_classes,
+                       **kwargs):
+    """Builds (with weights) the model around a new encoder for `config`."""
+    encoder = encoder_lib.BertEncoder.from_bert_config(config)
+    return _build_encoder_model(cls(encoder, num_classes, **kwargs))
+
+  def build(self, input_shape):
+    if not self.encoder.built:
+      self.encoder.build(input_shape)
+    self.classifier.build((None, self.encoder.hidden_size))
+    self.built = True
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        "encoder": keras.saving.serialize_keras_object(self.encoder),
+        "num_classes": self.num_classes,
+        "dropout_rate": self.dropout_rate})
+    return config
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+    return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class BertClassifier(_FineTuningModel):
+  """Classifies a sentence or a sentence pair from the pooled [CLS] output.
+
+  As google-research/bert's `run_classifier.py`: dropout on `pooled_output`,
+  then one dense layer. With `num_classes=1` the single output is a
+  regression score (STS-B style).
+
+  Args:
+    encoder: a `BertEncoder`.
+    num_classes: number of labels (1 for regression).
+    dropout_rate: dropout on the pooled output; default the encoder's
+      `hidden_dropout_prob`.
+
+  Inputs: the encoder's dict (int32 [B, T] each).
+  Output: float32 logits [B, C].
+
+      model = BertClassifier.from_bert_config(testing.tiny_config(), 3)
+      logits = model(testing.random_inputs())  # [3, 3]
+
+  Devlin et al., 2018, section 4.1 (GLUE).
+  """
+
+  def __init__(self, encoder, num_classes, dropout_rate=None, **kwargs):
+    kwargs.setdefault("name", "bert_classifier")
+    super().__init__(encoder, num_classes, dropout_rate, **kwargs)
+
+  def call(self, inputs, training=None):
+    pooled = self.encoder(_encoder_inputs(inputs), training=training)[
+        "pooled_output"]                                       # [B, H]
+    logits = self.classifier(self.dropout(pooled, training=training))
+    return ops.cast(logits, "float32")                         # [B, C]
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class BertSpanLabeler(_FineTuningModel):
+  """Predicts answer start and end positions per token (SQuAD).
+
+  One dense layer maps each token's `sequence_output` to two scores, as the
+  original's `run_squad.py` (`cls/squad/output_weights` [2, H]). Padding
+  positions get a large negative logit so they are never predicted.
+
+  Args:
+    encoder: a `BertEncoder`.
+
+  Inputs: the encoder's dict (int32 [B, T] each).
+  Output: dict `start_logits`, `end_logits`, float32 [B, T].
+
+      model = BertSpanLabeler.from_bert_config(testing.tiny_config())
+      out = model(testing.random_inputs())  # out["start_logits"]: [3, 7]
+
+  Devlin et al., 2018, section 4.2 (SQuAD v1.1).
+  """
+
+  def __init__(self, encoder, num_classes=2, dropout_rate=0.0, **kwargs):
+    if num_classes != 2:
+      raise ValueError(f"BertSpanLabeler has 2 outputs (start, end), "
+                       f"got num_classes={num_classes!r}")
+    kwargs.setdefault("name", "bert_span_labeler")
+    super().__init__(encoder, 2, dropout_rate, **kwargs)
+
+  @classmethod
+  def from_bert_config(cls, config, num_classes=2, **kwargs):
+    return super().from_bert_config(config, num_classes, **kwargs)
+
+  def call(self, inputs, training=None):
+    sequence = self.encoder(_encoder_inputs(inputs), training=training)[
+        "sequence_output"]                                     # [B, T, H]
+    logits = ops.cast(self.classifier(
+        self.dropout(sequence, training=training)), "float32")  # [B, T, 2]
+    padding = 1.0 - ops.cast(inputs["input_mask"], "float32")  # [B, T]
+    logits = logits - 1e4 * padding[:, :, None]
+    return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class BertTokenClassifier(_FineTuningModel):
+  """Labels every token (named-entity recognition, section 5.3 of the paper).
+
+  Dropout then one dense layer on each token's `sequence_output`.
+
+  Args:
+    encoder: a `BertEncoder`.
+    num_classes: number of token labels.
+    dropout_rate: default the encoder's `hidden_dropout_prob`.
+
+  Inputs: the encoder's dict (int32 [B, T] each).
+  Output: float32 logits [B, T, C].
+
+      model = BertTokenClassifier.from_bert_config(testing.tiny_config(), 5)
+      logits = model(testing.random_inputs())  # [3, 7, 5]
+  """
+
+  def __init__(self, encoder, num_classes, dropout_rate=None, **kwargs):
+    kwargs.setdefault("name", "bert_token_classifier")
+    super().__init__(encoder, num_classes, dropout_rate, **kwargs)
+
+  def call(self, inputs, training=None):
+    sequence = self.encoder(_encoder_inputs(inputs), training=training)[
+        "sequence_output"]                                     # [B, T, H]
+    logits = self.classifier(self.dropout(sequence, training=training))
+    return ops.cast(logits, "float32")                         # [B, T, C]
+
+
+def _encoder_inputs(inputs):
+  return {name: inputs[name] for name in encoder_lib.INPUT_NAMES}

@@ -1,0 +1,138 @@
+"""BertClassifier, BertSpanLabeler, BertTokenClassifier: numbers, padding
+invariance, checkpoint round trips, and the heads overfitting a few examples."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from official_bert import checkpoints
+from official_bert import finetuning_models
+from official_bert import pretrainer as pretrainer_lib
+from tests import testing
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _pad(inputs, extra):
+  return {k: np.pad(v, ((0, 0), (0, extra))) for k, v in inputs.items()}
+
+
+def test_classifier_is_dense_on_pooled_output_and_ignores_padding():
+  keras.utils.set_random_seed(0)
+  model = finetuning_models.BertClassifier.from_bert_config(
+      testing.tiny_config(), num_classes=5)
+  x = testing.random_inputs()
+  logits = model(x, training=False)
+  assert logits.shape == (testing.BATCH, 5) and logits.dtype == "float32"
+  pooled = model.encoder(x, training=False)["pooled_output"]
+  kernel, bias = model.classifier.get_weights()
+  np.testing.assert_allclose(logits, pooled @ kernel + bias, atol=1e-6)
+  assert np.abs(bias).max() == 0 and kernel.std() > 0.005  # Truncated normal.
+  np.testing.assert_allclose(model(_pad(x, 4), training=False), logits,
+                             atol=1e-5)
+  # Dropout is on in training: outputs differ from inference.
+  assert not np.allclose(model(x, training=True), logits, atol=1e-4)
+
+
+def test_span_labeler_masks_padding_and_token_classifier_shapes():
+  keras.utils.set_random_seed(1)
+  x = testing.random_inputs()
+  span = finetuning_models.BertSpanLabeler.from_bert_config(testing.tiny_config())
+  out = span(x, training=False)
+  assert out["start_logits"].shape == (testing.BATCH, testing.SEQ)
+  padded = x["input_mask"] == 0
+  assert padded.any()
+  assert np.all(np.asarray(out["end_logits"])[padded] < -1000)
+  assert np.all(np.abs(np.asarray(out["start_logits"])[~padded]) < 100)
+  sequence = span.encoder(x, training=False)["sequence_output"]
+  kernel, bias = span.classifier.get_weights()
+  expected = np.asarray(sequence) @ kernel + bias
+  np.testing.assert_allclose(np.asarray(out["start_logits"])[~padded],
+                             expected[..., 0][~padded], atol=1e-5)
+  tagger = finetuning_models.BertTokenClassifier.from_bert_config(
+      testing.tiny_config(), num_classes=6)
+  assert tagger(x, training=False).shape == (testing.BATCH, testing.SEQ, 6)
+  with pytest.raises(ValueError, match="num_classes must be at least 1, got 0"):
+    finetuning_models.BertClassifier.from_bert_config(testing.tiny_config(), 0)
+
+
+def test_fine_tuned_checkpoint_round_trip_and_init_from_pretrainer(tmp_path):
+  config = testing.tiny_config()
+  keras.utils.set_random_seed(2)
+  pretrainer = pretrainer_lib.BertPretrainer.from_bert_config(config)
+  pretrained = checkpoints.save_model(pretrainer, str(tmp_path / "pre" / "ckpt"))
+  model = finetuning_models.BertClassifier.from_bert_config(config, 3)
+  checkpoints.restore_encoder(model.encoder, pretrained)
+  x = testing.random_inputs()
+  np.testing.assert_allclose(model.encoder(x)["pooled_output"],
+                             pretrainer.encoder(x)["pooled_output"], atol=1e-6)
+  # A fine-tuned checkpoint restores whole, and its encoder alone too.
+  tuned = checkpoints.save_model(model, str(tmp_path / "tuned" / "ckpt"))
+  again = finetuning_models.BertClassifier.from_bert_config(config, 3)
+  checkpoints.restore_model(again, tuned)
+  np.testing.assert_allclose(again(x, training=False), model(x, training=False),
+                             atol=1e-6)
+  encoder_only = finetuning_models.BertTokenClassifier.from_bert_config(config, 4)
+  checkpoints.restore_encoder(encoder_only.encoder, tuned)
+  np.testing.assert_allclose(encoder_only.encoder(x)["sequence_output"],
+                             model.encoder(x)["sequence_output"], atol=1e-6)
+
+
+def test_mixed_precision_heads_return_float32():
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model = finetuning_models.BertTokenClassifier.from_bert_config(
+        testing.tiny_config(), 4)
+    logits = model(testing.random_inputs(), training=False)
+    assert logits.dtype == "float32"
+    assert model.classifier.compute_dtype == "bfloat16"
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _fit(model, x, y, loss, steps):
+  """`steps` full-batch Adam steps in one traced function (Keras' fit()
+  takes far longer to trace on 2 cores)."""
+  optimizer = keras.optimizers.Adam(3e-3)
+
+  @tf.function
+  def step():
+    with tf.GradientTape() as tape:
+      out = model(x, training=True)
+      value = (sum(loss(y[k], out[k]) for k in y) if isinstance(y, dict)
+               else loss(y, out))
+    variables = model.trainable_variables
+    grads = tape.gradient(value, variables)
+    optimizer.apply_gradients(
+        [(g, v) for g, v in zip(grads, variables) if g is not None])
+    return value
+
+  first = float(step())
+  for _ in range(steps - 1):
+    last = float(step())
+  assert last < 0.1 * first, (first, last)
+
+
+@pytest.mark.slow
+def test_span_and_token_heads_overfit_a_handful_of_examples():
+  keras.utils.set_random_seed(3)
+  x = testing.random_inputs(batch=4, seq=9, lengths=[9, 8, 7, 6], seed=4)
+  sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  span = finetuning_models.BertSpanLabeler.from_bert_config(
+      testing.tiny_config(**NO_DROPOUT))
+  starts, ends = np.array([1, 2, 3, 4]), np.array([5, 4, 6, 5])
+  _fit(span, x, {"start_logits": starts, "end_logits": ends},
+       sparse, steps=60)
+  out = span(x, training=False)
+  np.testing.assert_array_equal(np.argmax(out["start_logits"], -1), starts)
+  np.testing.assert_array_equal(np.argmax(out["end_logits"], -1), ends)
+
+  tagger = finetuning_models.BertTokenClassifier.from_bert_config(
+      testing.tiny_config(**NO_DROPOUT), num_classes=3)
+  tags = np.random.default_rng(5).integers(0, 3, size=(4, 9)) * x["input_mask"]
+  _fit(tagger, x, tags, sparse, steps=80)
+  predicted = np.argmax(tagger(x, training=False), -1)
+  real = x["input_mask"] == 1
+  accuracy = (predicted[real] == tags[real]).mean()
+  assert accuracy == 1.0, accuracy
