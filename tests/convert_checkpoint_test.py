@@ -1,0 +1,174 @@
+"""convert_checkpoint: a random Hugging Face BertForPreTraining (safetensors,
+pytorch_model.bin) and a TF1 checkpoint with google-research/bert's variable
+names convert to the same numbers (1e-5); mismatches are one clear error."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from official_bert import checkpoint_names
+from official_bert import checkpoints
+from official_bert import configs
+from official_bert import convert_checkpoint
+from official_bert import pretrainer as pretrainer_lib
+from tests import testing
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+ATOL = 1e-5
+POSITIONS = np.array([[1, 2, 6], [0, 2, 4], [3, 1, 1]], np.int32)
+VOCAB_LINES = ["[PAD]"] + [f"[unused{i}]" for i in range(1, 99)]
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+  config = testing.tiny_config()
+  torch.manual_seed(0)
+  model = transformers.BertForPreTraining(
+      transformers.BertConfig(**config.to_dict())).eval()
+  with torch.no_grad():  # Non-trivial biases and LayerNorms.
+    for parameter in model.parameters():
+      parameter.add_(torch.randn_like(parameter) * 0.05)
+  return model
+
+
+@pytest.fixture(scope="module")
+def reference(hf_model):
+  x = testing.random_inputs()
+  with torch.no_grad():
+    out = hf_model(input_ids=torch.tensor(x["input_word_ids"]).long(),
+                   attention_mask=torch.tensor(x["input_mask"]).long(),
+                   token_type_ids=torch.tensor(x["input_type_ids"]).long(),
+                   output_hidden_states=True)
+    pooled = hf_model.bert.pooler(out.hidden_states[-1]).numpy()
+  mlm = np.take_along_axis(out.prediction_logits.numpy(),
+                           POSITIONS[..., None], axis=1)
+  return x, {"sequence_output": out.hidden_states[-1].numpy(),
+             "pooled_output": pooled, "mlm_logits": mlm,
+             "next_sentence_logits": out.seq_relationship_logits.numpy()}
+
+
+def _hf_dir(hf_model, path, safetensors=True):
+  if safetensors:
+    hf_model.save_pretrained(path)
+  else:  # The older format: config.json + pytorch_model.bin.
+    os.makedirs(path)
+    hf_model.config.to_json_file(os.path.join(path, "config.json"))
+    torch.save(hf_model.state_dict(), os.path.join(path, "pytorch_model.bin"))
+  with open(os.path.join(path, "vocab.txt"), "w") as f:
+    f.write("\n".join(VOCAB_LINES) + "\n")
+  return str(path)
+
+
+def write_tf1_checkpoint(directory, arrays, config):
+  """A checkpoint as google-research/bert's run_pretraining.py writes one:
+  tf.compat.v1 variables under the original names, Adam slots, global_step."""
+  os.makedirs(directory, exist_ok=True)
+  with tf.Graph().as_default():
+    variables = []
+    for name, value in arrays.items():
+      variables.append(tf.compat.v1.get_variable(
+          name, initializer=tf.constant(value)))
+      for slot in ("adam_m", "adam_v"):
+        variables.append(tf.compat.v1.get_variable(
+            f"{name}/{slot}", initializer=tf.zeros_like(value)))
+    tf.compat.v1.train.get_or_create_global_step()
+    saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      saver.save(session, os.path.join(directory, "bert_model.ckpt"))
+  config.to_json_file(os.path.join(directory, "bert_config.json"))
+  return os.path.join(directory, "bert_model.ckpt")
+
+
+def _assert_same_numbers(output_dir, reference):
+  x, ref = reference
+  config = configs.BertConfig.from_json_file(
+      os.path.join(output_dir, "bert_config.json"))
+  assert config == testing.tiny_config()
+  model = pretrainer_lib.BertPretrainer.from_bert_config(config)
+  checkpoints.restore_model(model, output_dir)  # The directory resolves.
+  out = model({**x, "masked_lm_positions": POSITIONS}, training=False)
+  enc = model.encoder(x, training=False)
+  for name in ("sequence_output", "pooled_output"):
+    np.testing.assert_allclose(enc[name], ref[name], atol=ATOL, err_msg=name)
+  for name in ("mlm_logits", "next_sentence_logits"):
+    np.testing.assert_allclose(out[name], ref[name], atol=ATOL, err_msg=name)
+
+
+def test_hugging_face_safetensors_cli_gives_the_same_numbers(
+    hf_model, reference, tmp_path):
+  source = _hf_dir(hf_model, tmp_path / "hf")
+  assert os.path.exists(os.path.join(source, "model.safetensors"))
+  out = tmp_path / "converted"
+  proc = testing.run_cli(["-m", "official_bert.convert_checkpoint",
+                          f"--source={source}", f"--output_dir={out}"])
+  assert "converted hf" in proc.stdout and "next-sentence head" in proc.stdout
+  _assert_same_numbers(str(out), reference)
+  with open(out / "vocab.txt") as f:
+    assert f.read().split("\n")[:2] == VOCAB_LINES[:2]
+
+
+def test_tf1_checkpoint_with_original_names_gives_the_same_numbers(
+    hf_model, reference, tmp_path):
+  state = {k: v.detach().numpy() for k, v in hf_model.state_dict().items()}
+  arrays, _ = checkpoint_names.from_hf_state_dict(state)
+  assert arrays["cls/seq_relationship/output_weights"].shape == (2, 32)
+  prefix = write_tf1_checkpoint(str(tmp_path / "tf1"), arrays,
+                                testing.tiny_config())
+  names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+  assert "bert/encoder/layer_1/attention/self/query/kernel" in names
+  assert "bert/encoder/layer_1/attention/self/query/kernel/adam_m" in names
+  result = convert_checkpoint.convert(prefix, str(tmp_path / "out"))
+  assert result.unused == [] and result.num_tensors == len(arrays)
+  assert "global_step" in result.source.ignored
+  _assert_same_numbers(str(tmp_path / "out"), reference)
+
+
+def test_pytorch_bin_and_bert_model_without_prefix(hf_model, reference,
+                                                   tmp_path):
+  source = _hf_dir(hf_model, tmp_path / "bin", safetensors=False)
+  convert_checkpoint.convert(source, str(tmp_path / "out"))
+  _assert_same_numbers(str(tmp_path / "out"), reference)
+  # A bare BertModel (no "bert." prefix, no heads): the encoder converts.
+  bare = tmp_path / "bare"
+  hf_model.bert.save_pretrained(bare)
+  result = convert_checkpoint.convert(str(bare), str(tmp_path / "bare_out"))
+  assert result.heads.startswith("encoder only")
+  encoder = pretrainer_lib.BertPretrainer.from_bert_config(
+      testing.tiny_config()).encoder
+  checkpoints.restore_encoder(encoder, str(tmp_path / "bare_out"))
+  x, ref = reference
+  np.testing.assert_allclose(encoder(x)["pooled_output"], ref["pooled_output"],
+                             atol=ATOL)
+
+
+def test_config_mismatch_is_one_sentence_cli_error(hf_model, tmp_path):
+  state = {k: v.detach().numpy() for k, v in hf_model.state_dict().items()}
+  arrays, _ = checkpoint_names.from_hf_state_dict(state)
+  arrays["cls/extra/unknown"] = np.zeros(3, np.float32)
+  prefix = write_tf1_checkpoint(str(tmp_path / "tf1"), arrays,
+                                testing.tiny_config())
+  wrong = tmp_path / "wrong_config.json"
+  testing.tiny_config(intermediate_size=41, num_hidden_layers=3).to_json_file(
+      str(wrong))
+  proc = testing.run_cli(["-m", "official_bert.convert_checkpoint",
+                          f"--source={prefix}", f"--bert_config_file={wrong}",
+                          f"--output_dir={tmp_path / 'out'}"], check=False)
+  assert proc.returncode == 1
+  lines = proc.stdout.strip().splitlines()
+  assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stdout
+  assert "missing tensors ['bert/encoder/layer_2/" in lines[0]
+  assert ("bert/encoder/layer_0/intermediate/dense/kernel: tf1 weights "
+          f"{prefix} has (32, 37), model expects (32, 41)") in lines[0]
+  assert not os.path.exists(tmp_path / "out")
+  # The right config converts, listing the tensor it has no place for.
+  result = convert_checkpoint.convert(prefix, str(tmp_path / "ok"))
+  assert result.unused == ["cls/extra/unknown"]
+  with pytest.raises(ValueError, match="does not exist"):
+    convert_checkpoint.convert(str(tmp_path / "nowhere"), str(tmp_path / "x"))
+  shutil.rmtree(tmp_path / "tf1")
