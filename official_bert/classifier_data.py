@@ -1,0 +1,205 @@
+"""Labelled text for run_classifier: TSV, CSV or JSONL files to model inputs.
+
+A task directory holds `train`, `dev` and `test` files, each `<split>.tsv`,
+`<split>.csv` or `<split>.jsonl`. TSV and CSV files start with a header row
+naming the columns; JSONL files hold one object per line. The text, optional
+second text and label columns are named by `Columns` (run_classifier's
+`--text_column`, `--text_b_column`, `--label_column`). The test split may lack
+labels.
+
+Every problem in a file is one `ValueError` sentence naming the file, the
+line and the fix: an empty file, a missing column, a ragged TSV row, a bad
+JSON line, a dev label that training never saw, a non-numeric regression
+label.
+
+    columns = Columns(text="sentence", label="label")
+    train = read_examples(find_split_file(data_dir, "train"), columns)
+    labels = label_list(train)
+    features = encode(train, tokenizer, max_seq_length=128)
+"""
+
+import csv
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+EXTENSIONS = (".tsv", ".csv", ".jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+  text: str = "sentence"
+  text_b: str | None = None
+  label: str = "label"
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  text: str
+  text_b: str | None
+  label: str | None
+  where: str  # "file:line", for error messages.
+
+
+def find_split_file(data_dir, split):
+  """The one `<split>.{tsv,csv,jsonl}` in `data_dir`."""
+  found = [os.path.join(data_dir, split + ext) for ext in EXTENSIONS
+           if os.path.exists(os.path.join(data_dir, split + ext))]
+  if not found:
+    raise ValueError(f"--task_data_dir {data_dir} has no {split} file; "
+                     f"expected one of {[split + e for e in EXTENSIONS]}")
+  if len(found) > 1:
+    raise ValueError(f"--task_data_dir {data_dir} has several {split} files "
+                     f"{[os.path.basename(f) for f in found]}; keep one")
+  return found[0]
+
+
+def read_examples(path, columns, require_label=True):
+  """Reads `Example`s from a TSV, CSV or JSONL file (by its extension)."""
+  rows = list(_rows(path))
+  if not rows:
+    raise ValueError(f"{path} is empty: it needs "
+                     + ("a header row and " if not path.endswith(".jsonl")
+                        else "") + "at least one example")
+  wanted = [columns.text] + ([columns.text_b] if columns.text_b else [])
+  if require_label:
+    wanted.append(columns.label)
+  examples = []
+  for line, row in rows:
+    for name, flag in zip(wanted, _flags_for(columns, require_label)):
+      if name not in row:
+        raise ValueError(f"{path}:{line}: no column {name!r} (found "
+                         f"{sorted(row)}); name the right one with {flag}")
+    label = row.get(columns.label)
+    examples.append(Example(
+        text=_text(row[columns.text]),
+        text_b=_text(row[columns.text_b]) if columns.text_b else None,
+        label=None if label is None else _text(label),
+        where=f"{path}:{line}"))
+  return examples
+
+
+def label_list(examples):
+  """The sorted distinct labels of the training examples."""
+  return sorted({example.label for example in examples})
+
+
+def label_ids(examples, labels, regression=False):
+  """Label ids (int32) for classification or float32 values for regression."""
+  if regression:
+    values = []
+    for example in examples:
+      try:
+        values.append(float(example.label))
+      except ValueError:
+        raise ValueError(f"{example.where}: label {example.label!r} is not a "
+                         "number; regression (--num_labels=1) needs numeric "
+                         "labels") from None
+    return np.array(values, np.float32)
+  index = {label: i for i, label in enumerate(labels)}
+  ids = []
+  for example in examples:
+    if example.label not in index:
+      raise ValueError(f"{example.where}: label {example.label!r} is not "
+                       f"among the training labels {labels}; fix the file or "
+                       "train on data that has it")
+    ids.append(index[example.label])
+  return np.array(ids, np.int32)
+
+
+def encode(examples, tokenizer, max_seq_length, batch_size=512):
+  """Packs examples as `[CLS] a [SEP] (b [SEP])`, int32 arrays [N, T].
+
+  As google-research/bert's `convert_single_example`: a pair is truncated
+  one token at a time from the longer side until it fits.
+  """
+  if max_seq_length < 3 + any(e.text_b is not None for e in examples):
+    raise ValueError(f"--max_seq_length={max_seq_length} leaves no room for "
+                     "text besides [CLS] and [SEP]")
+  pieces_a = _tokenize([e.text for e in examples], tokenizer, batch_size)
+  pieces_b = (_tokenize([e.text_b for e in examples], tokenizer, batch_size)
+              if examples and examples[0].text_b is not None else None)
+  n = len(examples)
+  word_ids = np.full((n, max_seq_length), tokenizer.pad_id, np.int32)
+  mask = np.zeros((n, max_seq_length), np.int32)
+  type_ids = np.zeros((n, max_seq_length), np.int32)
+  for i in range(n):
+    a = pieces_a[i]
+    b = pieces_b[i] if pieces_b is not None else None
+    if b is None:
+      a = a[:max_seq_length - 2]
+      ids = [tokenizer.cls_id] + a + [tokenizer.sep_id]
+      types = [0] * len(ids)
+    else:
+      a, b = _truncate_pair(a, b, max_seq_length - 3)
+      ids = [tokenizer.cls_id] + a + [tokenizer.sep_id] + b + [tokenizer.sep_id]
+      types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    word_ids[i, :len(ids)] = ids
+    mask[i, :len(ids)] = 1
+    type_ids[i, :len(ids)] = types
+  return {"input_word_ids": word_ids, "input_mask": mask,
+          "input_type_ids": type_ids}
+
+
+def _truncate_pair(a, b, budget):
+  a, b = list(a), list(b)
+  while len(a) + len(b) > budget:
+    (a if len(a) > len(b) else b).pop()
+  return a, b
+
+
+def _tokenize(texts, tokenizer, batch_size):
+  out = []
+  for start in range(0, len(texts), batch_size):
+    out.extend(tokenizer.tokenize(texts[start:start + batch_size]).to_list())
+  return out
+
+
+def _text(value):
+  return value if isinstance(value, str) else json.dumps(value) if isinstance(
+      value, (list, dict)) else str(value)
+
+
+def _flags_for(columns, require_label):
+  flags = ["--text_column"] + (["--text_b_column"] if columns.text_b else [])
+  return flags + (["--label_column"] if require_label else [])
+
+
+def _rows(path):
+  """Yields (line number, dict) for each example row of `path`."""
+  if path.endswith(".jsonl"):
+    with open(path, encoding="utf-8") as f:
+      for line, text in enumerate(f, 1):
+        if not text.strip():
+          continue
+        try:
+          row = json.loads(text)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{path}:{line}: not valid JSON ({e.msg}); each "
+                           "line must be one JSON object") from None
+        if not isinstance(row, dict):
+          raise ValueError(f"{path}:{line}: a JSON {type(row).__name__}, "
+                           "not an object; each line must be one JSON object")
+        yield line, row
+    return
+  with open(path, encoding="utf-8", newline="") as f:
+    if path.endswith(".csv"):
+      rows = csv.reader(f)
+      reader = ((rows.line_num, fields) for fields in rows)
+    else:  # GLUE's TSVs: tab-separated, no quoting.
+      reader = ((n, line.rstrip("\r\n").split("\t"))
+                for n, line in enumerate(f, 1))
+    header = None
+    for line, fields in reader:
+      if not any(field.strip() for field in fields):
+        continue
+      if header is None:
+        header = fields
+        continue
+      if len(fields) != len(header):
+        raise ValueError(f"{path}:{line}: {len(fields)} fields, but the "
+                         f"header has {len(header)} ({header}); fix the row "
+                         "(a tab or comma inside a text?)")
+      yield line, dict(zip(header, fields))
