@@ -168,9 +168,15 @@ def serialize_examples(instances):
   for entry_pieces, _ in entries:
     pieces += entry_pieces
   # Lay the pieces side by side, then keep the valid bytes row by row.
-  data = np.concatenate([p for p, _ in pieces], axis=1)
-  valid = np.concatenate(
-      [np.ones(p.shape, bool) if v is None else v for p, v in pieces], axis=1)
+  width = sum(p.shape[1] for p, _ in pieces)
+  data = np.empty((n, width), np.uint8)
+  valid = np.ones((n, width), bool)
+  at = 0
+  for piece, piece_valid in pieces:
+    data[:, at:at + piece.shape[1]] = piece
+    if piece_valid is not None:
+      valid[:, at:at + piece.shape[1]] = piece_valid
+    at += piece.shape[1]
   return data[valid].tobytes(), valid.sum(axis=1, dtype=np.int64)
 
 

@@ -25,7 +25,9 @@ Usage:
 """
 
 import collections
+import concurrent.futures
 import dataclasses
+import glob
 import json
 import multiprocessing
 import os
@@ -73,10 +75,9 @@ class InputError(ValueError):
 
 def expand_inputs(input_file):
   """Comma list of globs -> sorted file list; a glob matching nothing raises."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   files = []
   for pattern in filter(None, (p.strip() for p in input_file.split(","))):
-    matched = sorted(tf.io.gfile.glob(pattern))
+    matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
     if not matched:
       raise InputError(f"--input_file pattern {pattern} matches no file; "
                        "check the path.")
@@ -145,28 +146,39 @@ class _Reader:
       return lines
 
   def batches(self):
+    """Yields (lines, is_blank, bytes read so far)."""
     batch = []
     for line in self._lines():
       batch.append(line)
       if len(batch) == LINES_PER_BATCH:
-        yield batch, [not x.strip() for x in batch]
+        yield batch, [not x.strip() for x in batch], self.bytes_read
         batch = []
     if batch:
-      yield batch, [not x.strip() for x in batch]
+      yield batch, [not x.strip() for x in batch], self.bytes_read
 
 
-def _tokenized_batches(reader, tokenizer):
-  """(ids int32, ids per line, is_blank) per batch; tokenizing overlaps reading."""
+def _tokenized_batches(reader, tokenizer, threads=2):
+  """(ids int32, ids per line, is_blank, bytes read) per batch, in order.
+
+  Eager calls (tracing the tokenizer into a graph costs seconds) on a few
+  threads: TF ops release the GIL, so batches tokenize on several cores while
+  the main thread writes.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  dataset = tf.data.Dataset.from_generator(
-      reader.batches, output_signature=(tf.TensorSpec([None], tf.string),
-                                        tf.TensorSpec([None], tf.bool)))
-  dataset = dataset.map(
-      lambda lines, blank: (tokenizer.tokenize(lines), blank),
-      num_parallel_calls=2, deterministic=True).prefetch(2)
-  for ids, blank in dataset:
-    yield (ids.flat_values.numpy().astype(np.int32),
-           ids.row_lengths().numpy(), blank.numpy())
+
+  def tokenize(lines, blank, bytes_read):
+    ids = tokenizer.tokenize(tf.constant(lines, tf.string))
+    return (ids.flat_values.numpy().astype(np.int32),
+            ids.row_lengths().numpy(), np.asarray(blank), bytes_read)
+
+  with concurrent.futures.ThreadPoolExecutor(threads) as executor:
+    pending = collections.deque()
+    for batch in reader.batches():
+      pending.append(executor.submit(tokenize, *batch))
+      if len(pending) > threads:
+        yield pending.popleft().result()
+    while pending:
+      yield pending.popleft().result()
 
 
 class _Writers:
@@ -223,7 +235,7 @@ def _log_examples(records, tokenizer):
 
 def _progress(start, reader, stats):
   elapsed = time.time() - start
-  done = reader.bytes_read / max(1, reader.total_bytes)
+  done = stats["bytes_done"] / max(1, reader.total_bytes)
   eta = elapsed * (1 - done) / done if done > 0 else float("nan")
   print(f"[create_pretraining_data] {done:6.1%} of input, "
         f"{stats['documents']:,} documents, {stats['instances']:,} instances "
@@ -231,9 +243,30 @@ def _progress(start, reader, stats):
         f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s", file=sys.stderr, flush=True)
 
 
+def _options(config, tokenizer=None):
+  """InstanceOptions from the config (vocab facts from the tokenizer)."""
+  vocab = tokenizer.vocab if tokenizer else ["[PAD]"]
+  return instances.InstanceOptions(
+      vocab_size=len(vocab), cls_id=tokenizer.cls_id if tokenizer else 0,
+      sep_id=tokenizer.sep_id if tokenizer else 0,
+      mask_id=tokenizer.mask_id if tokenizer else 0,
+      max_seq_length=config.max_seq_length,
+      max_predictions_per_seq=config.max_predictions_per_seq,
+      masked_lm_prob=config.masked_lm_prob,
+      short_seq_prob=config.short_seq_prob, dupe_factor=config.dupe_factor,
+      random_seed=config.random_seed,
+      do_whole_word_mask=config.do_whole_word_mask,
+      continuation=np.array([t.startswith("##") for t in vocab]))
+
+
 def create_pretraining_data(config):
   """Runs the job; returns a dict of counts. Raises InputError on bad input."""
   start = time.time()
+  # Flags first: a bad one fails in a second, before TensorFlow is imported.
+  try:
+    _options(config).validate()
+  except ValueError as e:
+    raise InputError(str(e)) from None
   # Workers start first (spawned: fork after importing TF is unsafe), so
   # their start-up overlaps the TensorFlow import below.
   pool = None
@@ -252,20 +285,7 @@ def _run(config, pool, start):
     tokenizer = tokenization.FullTokenizer(config.vocab_file, config.do_lower_case)
   except ValueError as e:
     raise InputError(str(e)) from None
-  vocab = tokenizer.vocab
-  options = instances.InstanceOptions(
-      vocab_size=len(vocab), cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
-      mask_id=tokenizer.mask_id, max_seq_length=config.max_seq_length,
-      max_predictions_per_seq=config.max_predictions_per_seq,
-      masked_lm_prob=config.masked_lm_prob,
-      short_seq_prob=config.short_seq_prob, dupe_factor=config.dupe_factor,
-      random_seed=config.random_seed,
-      do_whole_word_mask=config.do_whole_word_mask,
-      continuation=np.array([t.startswith("##") for t in vocab]))
-  try:
-    options.validate()
-  except ValueError as e:
-    raise InputError(str(e)) from None
+  options = _options(config, tokenizer)
   reader = _Reader(config.input_files)
   windower = instances.Windower(config.window_tokens)
   stats = collections.Counter()
@@ -294,7 +314,8 @@ def _run(config, pool, start):
           last_report = time.time()
 
     in_flight = max(1, config.num_workers) + 1
-    for ids, lengths, blank in _tokenized_batches(reader, tokenizer):
+    for ids, lengths, blank, bytes_read in _tokenized_batches(reader, tokenizer):
+      stats["bytes_done"] = bytes_read
       for window in windower.add(ids, lengths, blank):
         pending.append(run(window))
         drain(in_flight)

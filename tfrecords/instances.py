@@ -253,19 +253,20 @@ def _segments(window, options, dupe, out):
 
 def _assemble(window, spans, options):
   """Spans [N, 5] -> (input_ids, segment_ids, input_mask, candidate) [N, L]."""
-  a_start, a_len, b_start, b_len = (spans[:, k:k + 1] for k in range(4))
-  pos = np.arange(options.max_seq_length)[None, :]
+  a_start, a_len, b_start, b_len = (spans[:, k:k + 1].astype(np.int32)
+                                    for k in range(4))
+  pos = np.arange(options.max_seq_length, dtype=np.int32)[None, :]
   in_a = (pos >= 1) & (pos <= a_len)
   b_first = a_len + 2
   in_b = (pos >= b_first) & (pos < b_first + b_len)
   gather = np.where(in_a, a_start + pos - 1, np.where(in_b, b_start + pos - b_first, 0))
-  ids = np.where(in_a | in_b, window.tokens[gather], 0).astype(np.int64)
+  ids = np.where(in_a | in_b, window.tokens[gather], 0)
   ids[:, 0] = options.cls_id
   rows = np.arange(len(spans))
   ids[rows, a_len[:, 0] + 1] = options.sep_id
   ids[rows, (b_first + b_len)[:, 0]] = options.sep_id
-  segment_ids = ((pos >= b_first) & (pos <= b_first + b_len)).astype(np.int64)
-  input_mask = (pos < b_first + b_len + 1).astype(np.int64)
+  segment_ids = ((pos >= b_first) & (pos <= b_first + b_len)).astype(np.int32)
+  input_mask = (pos < b_first + b_len + 1).astype(np.int32)
   return ids, segment_ids, input_mask, in_a | in_b
 
 

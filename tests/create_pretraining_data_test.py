@@ -1,0 +1,217 @@
+"""create_pretraining_data.py: real CLI runs, determinism, formats, bad input."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import testing
+from tfrecords import create_pretraining_data as cpd
+from tfrecords import instances
+
+L, P = 64, 9  # max_seq_length, max_predictions_per_seq of these tests
+
+# The original reader's spec (google-research/bert run_pretraining.py).
+ORIGINAL_SPEC = {
+    "input_ids": tf.io.FixedLenFeature([L], tf.int64),
+    "input_mask": tf.io.FixedLenFeature([L], tf.int64),
+    "segment_ids": tf.io.FixedLenFeature([L], tf.int64),
+    "masked_lm_positions": tf.io.FixedLenFeature([P], tf.int64),
+    "masked_lm_ids": tf.io.FixedLenFeature([P], tf.int64),
+    "masked_lm_weights": tf.io.FixedLenFeature([P], tf.float32),
+    "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """The first 3,000 lines of the pydocs corpus, a document every 20 lines
+  (so about 150 documents, several windows)."""
+  testing.require_shared_data()
+  with open(testing.CORPUS, encoding="utf-8") as f:
+    lines = f.read().split("\n")[:3000]
+  lines = [line if i % 20 else "" for i, line in enumerate(lines)]
+  path = tmp_path_factory.mktemp("corpus") / "slice.txt"
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
+
+
+def _cli_flags(input_file, output_file, **extra):
+  flags = {"input_file": input_file, "output_file": output_file,
+           "vocab_file": testing.VOCAB, "max_seq_length": L,
+           "max_predictions_per_seq": P, "dupe_factor": 2,
+           "window_tokens": 3000}
+  flags.update(extra)
+  return [f"--{k}={v}" for k, v in flags.items()]
+
+
+def _config(input_files, output_files, **extra):
+  kwargs = dict(input_files=input_files, output_files=output_files,
+                vocab_file=testing.VOCAB, max_seq_length=L,
+                max_predictions_per_seq=P, dupe_factor=2, window_tokens=3000)
+  kwargs.update(extra)
+  return cpd.JobConfig(**kwargs)
+
+
+def _read(path, compression=""):
+  return [r.numpy() for r in tf.data.TFRecordDataset(path, compression)]
+
+
+@pytest.fixture(scope="module")
+def cli_runs(corpus, tmp_path_factory):
+  """The CLI with 1 and with 2 workers: (paths, stderr of the 2-worker run)."""
+  out = tmp_path_factory.mktemp("cli")
+  paths = {}
+  for workers in (1, 2):
+    paths[workers] = str(out / f"w{workers}.tfrecord")
+    proc = testing.run_cli(
+        ["tfrecords/create_pretraining_data.py"] +
+        _cli_flags(corpus, paths[workers], num_workers=workers))
+  return paths, proc.stderr
+
+
+@pytest.mark.slow
+def test_same_seed_same_bytes_with_1_and_2_workers_and_in_process(cli_runs, corpus, tmp_path):
+  paths, _ = cli_runs
+  with open(paths[1], "rb") as a, open(paths[2], "rb") as b:
+    one, two = a.read(), b.read()
+  assert len(one) > 100000 and one == two
+  # The library in this process (no workers) writes the same bytes too.
+  path = str(tmp_path / "inline.tfrecord")
+  stats = cpd.create_pretraining_data(_config([corpus], [path], num_workers=0))
+  with open(path, "rb") as f:
+    assert f.read() == one
+  assert stats["windows"] > 5  # several windows, so workers really split work
+  # Another seed gives other bytes.
+  other = str(tmp_path / "other.tfrecord")
+  cpd.create_pretraining_data(_config([corpus], [other], random_seed=1))
+  with open(other, "rb") as f:
+    assert f.read() != one
+
+
+@pytest.mark.slow
+def test_logs_examples_progress_and_summary(cli_runs):
+  paths, stderr = cli_runs
+  assert stderr.count("*** Example ***") == 3
+  assert "tokens: [CLS] " in stderr
+  n = len(_read(paths[2]))
+  assert f"done: wrote {n:,} instances" in stderr
+  assert "instances/s" in stderr and "Traceback" not in stderr
+  assert not glob.glob(paths[2] + ".incomplete")
+
+
+def test_records_parse_with_the_original_reader_spec(cli_runs):
+  paths, _ = cli_runs
+  records = _read(paths[1])
+  for record in records[:200]:
+    parsed = tf.io.parse_single_example(record, ORIGINAL_SPEC)
+    mask = parsed["input_mask"].numpy()
+    n = mask.sum()
+    ids = parsed["input_ids"].numpy()
+    assert ids[0] == 101 and ids[n - 1] == 102 and np.all(ids[n:] == 0)
+    weights = parsed["masked_lm_weights"].numpy()
+    k = int(weights.sum())
+    positions = parsed["masked_lm_positions"].numpy()[:k]
+    assert np.all(np.diff(positions) > 0) and positions.max() < n
+
+
+def test_gzip_sharded_round_trip_equals_the_plain_file(cli_runs, corpus, tmp_path):
+  paths, _ = cli_runs
+  plain = _read(paths[1])
+  outputs = cpd.output_paths(
+      f"{tmp_path}/a.tfrecord.gz,{tmp_path}/b.tfrecord.gz", num_output_shards=2)
+  assert [os.path.basename(p) for p in outputs] == [
+      "a.tfrecord.gz-00000-of-00002", "a.tfrecord.gz-00001-of-00002",
+      "b.tfrecord.gz-00000-of-00002", "b.tfrecord.gz-00001-of-00002"]
+  cpd.create_pretraining_data(_config([corpus], outputs, compression="GZIP"))
+  for i, path in enumerate(outputs):
+    with open(path, "rb") as f:
+      assert f.read(2) == b"\x1f\x8b"
+    # Round-robin: file i holds records i, i + 4, i + 8, ...
+    assert _read(path, "GZIP") == plain[i::4]
+
+
+def test_a_failed_run_leaves_no_finished_looking_file(corpus, tmp_path, monkeypatch):
+  path = str(tmp_path / "out.tfrecord")
+  real = instances.process_window
+
+  def fail_on_third(window, options):
+    if window.index == 3:
+      raise RuntimeError("simulated crash")
+    return real(window, options)
+
+  monkeypatch.setattr(instances, "process_window", fail_on_third)
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    cpd.create_pretraining_data(_config([corpus], [path]))
+  assert os.listdir(tmp_path) == []
+  # A stale temporary file of a killed run is replaced by a rerun.
+  monkeypatch.setattr(instances, "process_window", real)
+  with open(path + ".incomplete", "wb") as f:
+    f.write(b"half a record")
+  cpd.create_pretraining_data(_config([corpus], [path]))
+  assert os.listdir(tmp_path) == ["out.tfrecord"]
+  assert len(_read(path)) > 100
+
+
+def _write(path, data):
+  with open(path, "wb") as f:
+    f.write(data)
+  return str(path)
+
+
+def test_bad_vocab_files_are_one_sentence_errors(corpus, tmp_path):
+  out = str(tmp_path / "o.tfrecord")
+  for vocab, message in [
+      (str(tmp_path / "missing.txt"), "does not exist"),
+      (_write(tmp_path / "empty.txt", b""), "is empty"),
+      (_write(tmp_path / "plain.txt", b"the\nof\nand\n"), "lacks the special"),
+  ]:
+    with pytest.raises(cpd.InputError, match=message):
+      cpd.create_pretraining_data(_config([corpus], [out], vocab_file=vocab))
+  assert os.listdir(tmp_path) == ["empty.txt", "plain.txt"]
+
+
+def test_empty_and_blank_inputs_write_nothing(tmp_path):
+  empty = _write(tmp_path / "empty.txt", b"")
+  blank = _write(tmp_path / "blank.txt", b"\n  \n\t\n\n")
+  out = str(tmp_path / "o.tfrecord")
+  with pytest.raises(cpd.InputError, match="No documents in --input_file"):
+    cpd.create_pretraining_data(_config([empty, blank], [out]))
+  assert not glob.glob(out + "*")
+
+
+def test_odd_inputs_are_counted_not_fatal(tmp_path):
+  # One document; undecodable bytes on one line; a very long line; an empty
+  # file beside it.
+  long_line = " ".join(["documentation"] * 5000)
+  text = ("The first sentence is here.\nA second \xff\xfe one follows.\n".encode(
+      "latin-1") + long_line.encode() + b"\nAnd a last sentence.\n")
+  source = _write(tmp_path / "one_doc.txt", text)
+  empty = _write(tmp_path / "empty.txt", b"")
+  out = str(tmp_path / "o.tfrecord")
+  stats = cpd.create_pretraining_data(_config([source, empty], [out]))
+  assert stats["documents"] == 1 and stats["sentences"] == 4
+  assert stats["undecodable_lines"] == 1 and stats["empty_files"] == 1
+  records = _read(out)
+  assert len(records) == stats["instances"] >= 4  # >= 2 per dupe
+  for record in records:
+    parsed = tf.io.parse_single_example(record, ORIGINAL_SPEC)
+    assert parsed["input_mask"].numpy().sum() <= L
+
+
+def test_cli_bad_flags_exit_1_with_one_sentence(corpus, tmp_path):
+  out = str(tmp_path / "o.tfrecord")
+  proc = testing.run_cli(
+      ["tfrecords/create_pretraining_data.py"] +
+      _cli_flags(corpus, out, max_predictions_per_seq=L + 1), check=False)
+  assert proc.returncode == 1
+  assert f"--max_predictions_per_seq={L + 1} must be between 1 and" in proc.stderr
+  assert "Traceback" not in proc.stderr
+  proc = testing.run_cli(
+      ["tfrecords/create_pretraining_data.py"] +
+      _cli_flags(str(tmp_path / "nothing*.txt"), out), check=False)
+  assert proc.returncode == 1
+  assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
+  assert os.listdir(tmp_path) == []
