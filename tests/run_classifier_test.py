@@ -1,0 +1,166 @@
+"""run_classifier.py as a real program: a small BERT learns which part of the
+Python documentation a sentence comes from (C API reference vs. "What's
+New"), writes eval_results.txt and test_results.tsv, resumes from its
+output_dir, and rejects bad data files with one sentence."""
+
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from official_bert import run_classifier
+from tests import testing
+
+# Document ranges of the shared corpus (470 documents in the order of the
+# Python docs' source tree): the C API reference and the "What's New" pages.
+PARTS = {"c_api": range(1, 63), "whatsnew": range(450, 470)}
+
+
+def _documents():
+  docs, current = [], []
+  with open(testing.CORPUS, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        current.append(line)
+      elif current:
+        docs.append(current)
+        current = []
+  if current:
+    docs.append(current)
+  return docs
+
+
+def write_task(directory, per_class_train=300, per_class_dev=100, seed=0):
+  """train.tsv, dev.csv and test.jsonl of (sentence, part) pairs."""
+  docs = _documents()
+  rng = random.Random(seed)
+  rows = {"train": [], "dev": [], "test": []}
+  for label, doc_ids in PARTS.items():
+    sentences = [s for d in doc_ids for s in docs[d]
+                 if 6 <= len(s.split()) <= 30 and "\t" not in s]
+    rng.shuffle(sentences)
+    n, m = per_class_train, per_class_dev
+    rows["train"] += [(s, label) for s in sentences[:n]]
+    rows["dev"] += [(s, label) for s in sentences[n:n + m]]
+    rows["test"] += [(s, label) for s in sentences[n + m:n + m + 5]]
+  for split in rows:
+    rng.shuffle(rows[split])
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "train.tsv"), "w", encoding="utf-8") as f:
+    f.write("sentence\tpart\n")
+    f.writelines(f"{s}\t{label}\n" for s, label in rows["train"])
+  import csv  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(directory, "dev.csv"), "w", encoding="utf-8",
+            newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["sentence", "part"])
+    writer.writerows(rows["dev"])
+  with open(os.path.join(directory, "test.jsonl"), "w", encoding="utf-8") as f:
+    f.writelines(json.dumps({"sentence": s}) + "\n" for s, _ in rows["test"])
+  return rows
+
+
+def _config_file(path):
+  config = testing.tiny_config(vocab_size=30522, max_position_embeddings=64)
+  config.to_json_file(str(path))
+  return str(path)
+
+
+def _flags(task, out, config, *extra):
+  return ["-m", "official_bert.run_classifier", f"--task_data_dir={task}",
+          f"--bert_config_file={config}", f"--vocab_file={testing.VOCAB}",
+          f"--output_dir={out}", "--label_column=part", "--max_seq_length=32",
+          *extra]
+
+
+def _results(path):
+  with open(path) as f:
+    return {k: float(v) for k, v in (line.split(" = ") for line in f)}
+
+
+@pytest.mark.slow
+def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
+  testing.require_shared_data()
+  task = tmp_path / "task"
+  rows = write_task(str(task))
+  config = _config_file(tmp_path / "bert_config.json")
+  out = tmp_path / "out"
+  proc = testing.run_cli(_flags(
+      task, out, config, "--do_train", "--do_eval", "--do_predict",
+      "--train_batch_size=32", "--learning_rate=3e-3", "--num_train_epochs=6",
+      "--warmup_proportion=0.1", "--steps_per_loop=25"), timeout=300)
+  assert "run_classifier done at step 112" in proc.stdout, proc.stdout
+  assert "ETA" in proc.stdout and "seq/s" in proc.stdout
+  results = _results(out / "eval_results.txt")
+  majority = max(sum(label == part for _, label in rows["dev"])
+                 for part in PARTS) / len(rows["dev"])
+  assert majority == 0.5
+  assert results["eval_accuracy"] >= 0.75, results
+  assert results["eval_f1"] >= 0.7 and results["eval_matthews_corrcoef"] > 0.5
+  assert results["global_step"] == 112 and results["eval_num_examples"] == 200
+  with open(out / "label_list.json") as f:
+    assert json.load(f) == ["c_api", "whatsnew"]
+  with open(out / "test_results.tsv") as f:
+    probabilities = np.array([[float(p) for p in line.split("\t")]
+                              for line in f])
+  assert probabilities.shape == (10, 2)
+  np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-5)
+  predicted = np.array(["c_api", "whatsnew"])[probabilities.argmax(1)]
+  assert (predicted == np.array([l for _, l in rows["test"]])).mean() >= 0.7
+
+  # Eval/predict only: the run restores the fine-tuned checkpoint from
+  # output_dir (the trainer's resume) and reproduces the numbers.
+  again = testing.run_cli(_flags(task, out, config, "--do_eval",
+                                 "--do_predict", "--eval_batch_size=13"))
+  assert "Resumed from" in again.stdout and "ckpt-112" in again.stdout
+  second = _results(out / "eval_results.txt")
+  for key in results:
+    assert second[key] == pytest.approx(results[key], abs=1e-5), key
+
+
+@pytest.mark.parametrize("files, match", [
+    ({"dev.tsv": "sentence\tpart\nhello world\tc_api\nhow now\tmaybe\n"},
+     r"dev.tsv:3: label 'maybe' is not among the training labels "
+     r"\['c_api', 'whatsnew'\]"),
+    ({"dev.tsv": ""}, r"dev.tsv is empty"),
+    ({"dev.tsv": "sentence\tpart\nhello\tc_api\textra\n"},
+     r"dev.tsv:2: 3 fields, but the header has 2"),
+    ({"dev.jsonl": '{"sentence": "hello"}\n'},
+     r"dev.jsonl:1: no column 'part'"),
+])
+def test_bad_data_files_are_one_sentence_errors(tmp_path, files, match):
+  testing.require_shared_data()
+  task = tmp_path / "task"
+  os.makedirs(task)
+  with open(task / "train.tsv", "w") as f:
+    f.write("sentence\tpart\nthe c api\tc_api\nnew in 3.9\twhatsnew\n")
+  for name, text in files.items():
+    with open(task / name, "w") as f:
+      f.write(text)
+  config = _config_file(tmp_path / "bert_config.json")
+  proc = testing.run_cli(_flags(task, tmp_path / "out", config, "--do_train",
+                                "--do_eval"), check=False)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr
+  import re  # pylint: disable=g-import-not-at-top
+  assert re.search(match, proc.stderr), proc.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "out" / "ckpt-1.index")
+
+
+def test_eval_results_for_regression_and_classification():
+  logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]], np.float32)
+  result = run_classifier.eval_results(logits, np.array([0, 1, 1]), False, 7)
+  assert result["eval_accuracy"] == pytest.approx(2 / 3)
+  expected_loss = -np.mean([np.log(1 / (1 + np.exp(-2))),
+                            np.log(1 / (1 + np.exp(-1))),
+                            np.log(1 / (1 + np.exp(3)))])
+  assert result["eval_loss"] == pytest.approx(expected_loss, rel=1e-5)
+  assert result["global_step"] == 7
+  values = np.array([[0.5], [2.0], [1.0]], np.float32)
+  result = run_classifier.eval_results(values, np.array([1.0, 3.0, 2.5]),
+                                       True, 7)
+  assert result["eval_spearman"] == pytest.approx(1.0)
+  assert result["eval_mse"] == pytest.approx((0.25 + 1 + 2.25) / 3)
