@@ -32,13 +32,17 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The original's max_input_chars_per_word: longer words become [UNK].
 MAX_CHARS_PER_WORD = 100
 
-# Whitespace as Rust's char::is_whitespace / Python's str.isspace see it
-# (\s in RE2 is ASCII only): these all become a plain space.
-_WHITESPACE = (r"[\t\n\x{0b}\x{0c}\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}"
-               r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]")
-# Control, format, private-use and surrogate characters are dropped, as are
-# U+FFFD (the replacement character) and NUL (already in \p{Cc}).
-_CONTROL = r"[\p{C}\x{fffd}]"
+# Control characters: everything in Unicode's "other" categories (Cc, Cf, Co,
+# Cs and unassigned Cn, written as "none of the assigned classes" because RE2
+# has no \p{Cn}) except \t \n \r, plus U+FFFD; dropped first, as the original.
+_CONTROL = r"[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\t\n\r]|\x{fffd}"
+# Then whitespace (\t \n \r, Zs, and the line/paragraph separators that
+# Python's str.split() also splits on) becomes a plain space.
+# (The space itself is left out of the pattern: nothing to replace.)
+_WHITESPACE = (r"[\t\n\r\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}"
+               r"\x{202f}\x{205f}\x{3000}]")
+# The control characters of ASCII text (\t \n \r are whitespace).
+_ASCII_CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 # Non-spacing marks: the accents that NFD splits off.
 _ACCENTS = r"\p{Mn}"
 # Characters that are a word of their own: ASCII punctuation ranges (the
@@ -83,8 +87,8 @@ def load_vocab(vocab_file):
 
 def normalize(texts, do_lower_case=True):
   """Steps 1-2 above on a string Tensor of any shape: clean, lower, strip accents."""
-  texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
   texts = tf.strings.regex_replace(texts, _CONTROL, "")
+  texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
   if do_lower_case:
     # Full Unicode lower-casing, as Python's str.lower (not case folding,
     # which would also NFKC-normalise, e.g. "ﬁ" -> "fi").
@@ -125,13 +129,21 @@ class FullTokenizer(tf.Module):
       self._token_to_id.setdefault(token, i)  # First occurrence wins.
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         self._token_to_id[token] for token in SPECIAL_TOKENS)
-    # The whole WordPiece trie is built here and embedded in the graph as a
-    # constant. Word length is limited in characters below, not in bytes.
-    self._wordpiece = tf_text.FastWordpieceTokenizer(
-        vocab=vocab, suffix_indicator="##",
-        max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 4,
+    # Both WordPiece tries are built here and embedded in the graph as
+    # constants. The exact path limits word length in characters itself.
+    self._wordpiece_words = tf_text.FastWordpieceTokenizer(
+        vocab=vocab, max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 4,
         token_out_type=tf.int64, unknown_token="[UNK]",
-        no_pretokenization=True, support_detokenization=False)
+        no_pretokenization=True)
+    # End-to-end (splits on whitespace and punctuation itself, as step 3 for
+    # ASCII text, where bytes are characters).
+    self._wordpiece_ascii = tf_text.FastWordpieceTokenizer(
+        vocab=vocab, max_bytes_per_word=MAX_CHARS_PER_WORD,
+        token_out_type=tf.int64, unknown_token="[UNK]",
+        no_pretokenization=False)
+    # Which ids start a word: all but the "##" continuations.
+    self._starts_word = tf.constant(
+        [not token.startswith("##") for token in vocab], tf.bool)
 
   @property
   def vocab(self):
@@ -141,9 +153,37 @@ class FullTokenizer(tf.Module):
   def vocab_size(self):
     return len(self._vocab)
 
-  def tokenize_words(self, texts):
-    """String Tensor [B] -> int64 RaggedTensor [B, (words), (wordpieces)]."""
+  def tokenize(self, texts):
+    """String Tensor [B] -> int64 RaggedTensor [B, (wordpieces)].
+
+    Pure-ASCII strings (99.5% of lines of English prose) take a fast path:
+    ASCII clean-up and lower-casing, then FastWordpiece's own splitting. The
+    rest take the exact path of `tokenize_exact`. Both give the same ids.
+    """
     texts = tf.convert_to_tensor(texts, tf.string)
+    # (A byte-vs-character length test would let invalid UTF-8 through.)
+    is_ascii = tf.strings.regex_full_match(texts, r"[\x00-\x7f]*")
+    ascii_rows = tf.where(is_ascii)[:, 0]
+    other_rows = tf.where(tf.logical_not(is_ascii))[:, 0]
+    fast = tf.gather(texts, ascii_rows)
+    fast = tf.strings.regex_replace(fast, _ASCII_CONTROL, "")
+    if self.do_lower_case:
+      fast = tf.strings.lower(fast)
+    fast = self._wordpiece_ascii.tokenize(fast)  # [B_ascii, (P)]
+    exact = self.tokenize_exact(tf.gather(texts, other_rows))  # [B_other, (P)]
+    # Put the rows back in input order.
+    order = tf.math.invert_permutation(tf.concat([ascii_rows, other_rows], 0))
+    return tf.gather(tf.concat([fast, exact], axis=0), order)
+
+  def tokenize_exact(self, texts):
+    """`tokenize` without the ASCII fast path (steps 1-4 on every string)."""
+    return self._tokenize_exact_words(texts).merge_dims(1, 2)
+
+  def _tokenize_exact_words(self, texts):
+    texts = tf.convert_to_tensor(texts, tf.string)
+    # As the original's convert_to_unicode: invalid UTF-8 bytes are dropped.
+    texts = tf.strings.unicode_transcode(
+        texts, "UTF-8", "UTF-8", errors="ignore")
     words = split_words(normalize(texts, self.do_lower_case))  # [B, (W)]
     # A word longer than MAX_CHARS_PER_WORD characters becomes the word
     # "[UNK]", which WordPiece maps to the [UNK] id (the splitter never makes
@@ -152,11 +192,27 @@ class FullTokenizer(tf.Module):
         MAX_CHARS_PER_WORD)
     words = words.with_flat_values(
         tf.where(too_long, "[UNK]", words.flat_values))
-    return self._wordpiece.tokenize(words)  # [B, (W), (P)]
+    return self._wordpiece_words.tokenize(words)  # [B, (W), (P)]
 
-  def tokenize(self, texts):
-    """String Tensor [B] -> int64 RaggedTensor [B, (wordpieces)]."""
-    return self.tokenize_words(texts).merge_dims(1, 2)
+  def tokenize_words(self, texts):
+    """String Tensor [B] -> int64 RaggedTensor [B, (words), (wordpieces)].
+
+    Words are the basic tokenizer's (step 3): every word's first wordpiece
+    is a vocab token without "##" and every later one has it, so the pieces
+    of `tokenize` regroup exactly (as whole-word masking in
+    google-research/bert's create_pretraining_data.py groups them).
+    """
+    pieces = self.tokenize(texts)  # [B, (P)]
+    starts = tf.gather(self._starts_word, pieces.flat_values)  # [P_total]
+    words = tf.RaggedTensor.from_row_starts(
+        pieces.flat_values, tf.where(starts)[:, 0],
+        validate=False)  # [W_total, (P)]
+    # Words before each row boundary: a running count of word starts read at
+    # the rows' piece splits.
+    words_before = tf.concat(
+        [[0], tf.cumsum(tf.cast(starts, tf.int64))], axis=0)  # [P_total + 1]
+    return tf.RaggedTensor.from_row_splits(
+        words, tf.gather(words_before, pieces.row_splits), validate=False)
 
   def convert_ids_to_tokens(self, ids):
     return [self._vocab[int(i)] for i in ids]
