@@ -25,9 +25,7 @@ Usage:
 """
 
 import collections
-import concurrent.futures
 import dataclasses
-import glob
 import json
 import multiprocessing
 import os
@@ -40,12 +38,9 @@ from absl import logging
 import numpy as np
 
 from official_bert import features
+from tfrecords import documents
 from tfrecords import instances
 
-# Lines per tokenizer call: big batches amortise the per-call cost.
-LINES_PER_BATCH = 16384
-# Bytes read from a file at a time (then cut at the last newline).
-READ_BYTES = 1 << 22
 # Instances decoded to tokens in the log, as the original's first examples.
 LOGGED_EXAMPLES = 3
 
@@ -69,22 +64,7 @@ class JobConfig:
   window_tokens: int = 1 << 18
 
 
-class InputError(ValueError):
-  """Bad input data or flags; the message is one sentence for the user."""
-
-
-def expand_inputs(input_file):
-  """Comma list of globs -> sorted file list; a glob matching nothing raises."""
-  files = []
-  for pattern in filter(None, (p.strip() for p in input_file.split(","))):
-    matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
-    if not matched:
-      raise InputError(f"--input_file pattern {pattern} matches no file; "
-                       "check the path.")
-    files += matched
-  if not files:
-    raise InputError("--input_file is empty; give a comma list of text files.")
-  return files
+InputError = documents.InputError
 
 
 def output_paths(output_file, num_output_shards):
@@ -98,87 +78,6 @@ def output_paths(output_file, num_output_shards):
     return names
   return [f"{name}-{i:05d}-of-{num_output_shards:05d}"
           for name in names for i in range(num_output_shards)]
-
-
-class _Reader:
-  """Yields (lines, is_blank) batches from the input files; counts problems."""
-
-  def __init__(self, files):
-    self.files = files
-    self.total_bytes = sum(os.path.getsize(f) for f in files)
-    self.bytes_read = 0
-    self.undecodable_lines = 0
-    self.empty_files = []
-
-  def _lines(self):
-    for path in self.files:
-      if os.path.getsize(path) == 0:
-        self.empty_files.append(path)
-        continue
-      with open(path, "rb") as f:
-        rest = b""
-        while True:
-          block = f.read(READ_BYTES)
-          self.bytes_read += len(block)
-          if not block:
-            if rest:
-              yield from self._decode(rest)
-            break
-          block = rest + block
-          cut = block.rfind(b"\n") + 1
-          rest = block[cut:]
-          if cut:
-            yield from self._decode(block[:cut - 1])
-      yield ""  # A file ends its last document.
-
-  def _decode(self, block):
-    try:
-      return block.decode("utf-8").split("\n")
-    except UnicodeDecodeError:
-      lines = []
-      for raw in block.split(b"\n"):
-        try:
-          lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-          # As the original: drop the undecodable bytes, keep the rest.
-          self.undecodable_lines += 1
-          lines.append(raw.decode("utf-8", "ignore"))
-      return lines
-
-  def batches(self):
-    """Yields (lines, is_blank, bytes read so far)."""
-    batch = []
-    for line in self._lines():
-      batch.append(line)
-      if len(batch) == LINES_PER_BATCH:
-        yield batch, [not x.strip() for x in batch], self.bytes_read
-        batch = []
-    if batch:
-      yield batch, [not x.strip() for x in batch], self.bytes_read
-
-
-def _tokenized_batches(reader, tokenizer, threads=2):
-  """(ids int32, ids per line, is_blank, bytes read) per batch, in order.
-
-  Eager calls (tracing the tokenizer into a graph costs seconds) on a few
-  threads: TF ops release the GIL, so batches tokenize on several cores while
-  the main thread writes.
-  """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  def tokenize(lines, blank, bytes_read):
-    ids = tokenizer.tokenize(tf.constant(lines, tf.string))
-    return (ids.flat_values.numpy().astype(np.int32),
-            ids.row_lengths().numpy(), np.asarray(blank), bytes_read)
-
-  with concurrent.futures.ThreadPoolExecutor(threads) as executor:
-    pending = collections.deque()
-    for batch in reader.batches():
-      pending.append(executor.submit(tokenize, *batch))
-      if len(pending) > threads:
-        yield pending.popleft().result()
-    while pending:
-      yield pending.popleft().result()
 
 
 class _Writers:
@@ -286,7 +185,7 @@ def _run(config, pool, start):
   except ValueError as e:
     raise InputError(str(e)) from None
   options = _options(config, tokenizer)
-  reader = _Reader(config.input_files)
+  reader = documents.Reader(config.input_files)
   windower = instances.Windower(config.window_tokens)
   stats = collections.Counter()
   writers = _Writers(config.output_files, config.compression)
@@ -314,7 +213,7 @@ def _run(config, pool, start):
           last_report = time.time()
 
     in_flight = max(1, config.num_workers) + 1
-    for ids, lengths, blank, bytes_read in _tokenized_batches(reader, tokenizer):
+    for ids, lengths, blank, bytes_read in documents.tokenized_batches(reader, tokenizer):
       stats["bytes_done"] = bytes_read
       for window in windower.add(ids, lengths, blank):
         pending.append(run(window))
@@ -405,7 +304,7 @@ def main(argv):
     raise app.UsageError(f"--window_tokens={FLAGS.window_tokens} must be >= 1.")
   try:
     config = JobConfig(
-        input_files=expand_inputs(FLAGS.input_file),
+        input_files=documents.expand_inputs(FLAGS.input_file),
         output_files=output_paths(FLAGS.output_file, FLAGS.num_output_shards),
         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
         do_whole_word_mask=FLAGS.do_whole_word_mask,

@@ -1,0 +1,204 @@
+r"""create_pretraining_data.py as an Apache Beam pipeline, for big corpora.
+
+The same flags, instance-building code (tfrecords/instances.py) and TFRecord
+schema (official_bert/features.py) as create_pretraining_data.py, as a
+pipeline that any Beam runner can spread over machines:
+
+  input files --(per file: read, tokenize, window documents)--> windows
+    --Reshuffle--> (per window: build, mask, serialize) --> records
+    --WriteToTFRecord--> OUTPUT-00000-of-0000N ...
+
+Parallelism is over input files (reading) and windows (building): give many
+input files for many machines. Windows are formed per file and seeded from
+(random_seed, file index, window index, dupe), so for a single input file the
+records are exactly those of create_pretraining_data.py with the same flags
+(the order within shards is the runner's). Beam writes to a temporary
+directory and renames the shards when the pipeline succeeds.
+
+Usage:
+  python -m tfrecords.create_pretraining_data_beam \
+    --input_file='corpus/*.txt' --output_file=/tmp/pretrain.tfrecord \
+    --vocab_file=vocab.txt --num_output_shards=8 --runner=DirectRunner \
+    [-- other Beam pipeline options, e.g. --direct_num_workers=2]
+"""
+
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import apache_beam as beam
+from apache_beam.options import pipeline_options
+import numpy as np
+
+from official_bert import features
+from tfrecords import documents
+from tfrecords import instances
+
+_COUNTERS = "create_pretraining_data"
+
+
+class _FileToWindows(beam.DoFn):
+  """(file index, path) -> Windows of that file's tokenized documents."""
+
+  def __init__(self, vocab_file, do_lower_case, window_tokens):
+    super().__init__()
+    self._vocab_file = vocab_file
+    self._do_lower_case = do_lower_case
+    self._window_tokens = window_tokens
+    self._tokenizer = None
+
+  def setup(self):
+    from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+    self._tokenizer = tokenization.FullTokenizer(self._vocab_file,
+                                                 self._do_lower_case)
+
+  def process(self, element):
+    file_index, path = element
+    reader = documents.Reader([path])
+    windower = instances.Windower(self._window_tokens)
+
+    def keyed(windows):
+      for window in windows:
+        # Seeds stay unique across files; file 0 keeps the CLI's indices.
+        window.index = (file_index << 32) | window.index
+        yield window
+
+    for ids, lengths, blank, _ in documents.tokenized_batches(
+        reader, self._tokenizer):
+      yield from keyed(windower.add(ids, lengths, blank))
+    yield from keyed(windower.finish())
+    beam.metrics.Metrics.counter(_COUNTERS, "undecodable_lines").inc(
+        reader.undecodable_lines)
+    beam.metrics.Metrics.counter(_COUNTERS, "empty_files").inc(
+        len(reader.empty_files))
+
+
+def _records(window, options):
+  """Window -> its serialized tf.train.Examples."""
+  result = instances.process_window(window, options)
+  for name in ("documents", "sentences", "tokens", "random_next"):
+    beam.metrics.Metrics.counter(_COUNTERS, name).inc(getattr(result, name))
+  beam.metrics.Metrics.counter(_COUNTERS, "instances").inc(len(result.lengths))
+  return features.split_blob(result.blob, result.lengths)
+
+
+def build_pipeline(pipeline, input_files, output_prefix, vocab_file, options,
+                   do_lower_case=True, window_tokens=1 << 18,
+                   num_output_shards=1, compression=""):
+  """Adds the job to a beam.Pipeline (library entry point, no flags)."""
+  compression_type = (beam.io.filesystem.CompressionTypes.GZIP if compression
+                      else beam.io.filesystem.CompressionTypes.UNCOMPRESSED)
+  return (pipeline
+          | "Files" >> beam.Create(list(enumerate(input_files)))
+          | "Windows" >> beam.ParDo(
+              _FileToWindows(vocab_file, do_lower_case, window_tokens))
+          | "Spread" >> beam.Reshuffle()
+          | "Instances" >> beam.FlatMap(_records, options)
+          | "Write" >> beam.io.WriteToTFRecord(
+              output_prefix, num_shards=num_output_shards,
+              compression_type=compression_type))
+
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("input_file", None,
+                    "Input raw text file (or comma-separated list of files/globs).")
+flags.DEFINE_string("output_file", None,
+                    "Output prefix: shards are named PREFIX-00000-of-0000N.")
+flags.DEFINE_string("vocab_file", None,
+                    "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_bool("do_lower_case", True,
+                  "Whether to lower case the input text. Should be True for "
+                  "uncased models and False for cased models.")
+flags.DEFINE_bool("do_whole_word_mask", False,
+                  "Whether to use whole word masking rather than per-WordPiece masking.")
+flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+flags.DEFINE_integer("max_predictions_per_seq", 20,
+                     "Maximum number of masked LM predictions per sequence.")
+flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+flags.DEFINE_integer("dupe_factor", 10,
+                     "Number of times to duplicate the input data (with different masks).")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+flags.DEFINE_float("short_seq_prob", 0.1,
+                   "Probability of creating sequences which are shorter than the "
+                   "maximum length.")
+flags.DEFINE_integer("num_output_shards", 1, "Number of output shards.")
+flags.DEFINE_enum("compression", "none", ["none", "GZIP"],
+                  "Compression of the output TFRecord files.")
+flags.DEFINE_integer("window_tokens", 1 << 18,
+                     "Documents are processed in windows of about this many "
+                     "tokens (at least 16 documents); the random next segment "
+                     "comes from the same window. Changes the output.")
+flags.DEFINE_string("runner", "DirectRunner", "The Beam runner.")
+
+
+def _fail(message):
+  print(f"create_pretraining_data_beam: error: {message}", file=sys.stderr)
+  sys.exit(1)
+
+
+def main(argv):
+  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  for name in ("input_file", "output_file", "vocab_file"):
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  if "," in FLAGS.output_file:
+    raise app.UsageError("--output_file is one prefix here (Beam names the "
+                         "shards); set --num_output_shards instead of a list.")
+  if FLAGS.num_output_shards < 1:
+    raise app.UsageError(
+        f"--num_output_shards={FLAGS.num_output_shards} must be >= 1.")
+  start = time.time()
+  try:
+    input_files = documents.expand_inputs(FLAGS.input_file)
+    vocab = tokenization.load_vocab(FLAGS.vocab_file)
+    options = instances.InstanceOptions(
+        vocab_size=len(vocab), cls_id=vocab.index("[CLS]"),
+        sep_id=vocab.index("[SEP]"), mask_id=vocab.index("[MASK]"),
+        max_seq_length=FLAGS.max_seq_length,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        masked_lm_prob=FLAGS.masked_lm_prob,
+        short_seq_prob=FLAGS.short_seq_prob, dupe_factor=FLAGS.dupe_factor,
+        random_seed=FLAGS.random_seed,
+        do_whole_word_mask=FLAGS.do_whole_word_mask,
+        continuation=np.array([t.startswith("##") for t in vocab]))
+    options.validate()
+  except ValueError as e:
+    _fail(str(e))
+  beam_options = pipeline_options.PipelineOptions(
+      argv[1:] + [f"--runner={FLAGS.runner}"])
+  pipeline = beam.Pipeline(options=beam_options)
+  build_pipeline(pipeline, input_files, FLAGS.output_file, FLAGS.vocab_file,
+                 options, FLAGS.do_lower_case, FLAGS.window_tokens,
+                 FLAGS.num_output_shards,
+                 "" if FLAGS.compression == "none" else FLAGS.compression)
+  result = pipeline.run()
+  result.wait_until_finish()
+  counts = {c.key.metric.name: c.committed for c in result.metrics().query(
+      beam.metrics.MetricsFilter().with_namespace(_COUNTERS))["counters"]}
+  if not counts.get("instances"):
+    for i in range(FLAGS.num_output_shards):
+      path = f"{FLAGS.output_file}-{i:05d}-of-{FLAGS.num_output_shards:05d}"
+      if os.path.exists(path):
+        os.remove(path)
+    _fail(f"No documents in --input_file ({', '.join(input_files)}): the "
+          "files are empty or blank; give text with one sentence per line "
+          "and a blank line between documents.")
+  seconds = time.time() - start
+  logging.info("Counters: %s", counts)
+  print(f"[create_pretraining_data_beam] done: wrote {counts['instances']:,} "
+        f"instances ({counts.get('random_next', 0) / counts['instances']:.1%} "
+        f"random next) from {counts.get('documents', 0):,} documents, "
+        f"{counts.get('tokens', 0):,} tokens to {FLAGS.num_output_shards} "
+        f"shard(s) of {FLAGS.output_file} in {seconds:.1f} s "
+        f"({counts['instances'] / seconds:,.0f} instances/s); skipped "
+        f"{counts.get('undecodable_lines', 0)} undecodable lines (bytes "
+        f"dropped), {counts.get('empty_files', 0)} empty files",
+        file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
