@@ -124,9 +124,10 @@ class FullTokenizer(tf.Module):
     self.do_lower_case = bool(do_lower_case)
     # A tuple of str: kept out of SavedModel tracking, the asset has it.
     self._vocab = tuple(vocab)
-    self._token_to_id = {}
+    token_to_id = {}
     for i, token in enumerate(vocab):
-      self._token_to_id.setdefault(token, i)  # First occurrence wins.
+      token_to_id.setdefault(token, i)  # First occurrence wins.
+    self._token_to_id = token_to_id
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         self._token_to_id[token] for token in SPECIAL_TOKENS)
     # Both WordPiece tries are built here and embedded in the graph as
