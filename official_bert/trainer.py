@@ -35,7 +35,8 @@ mixed_float16 unscales and skips non-finite steps). With `jit_compile` the
 step is compiled with XLA (one device per process).
 
 Checkpoints (`tf.train.CheckpointManager`, `ckpt-<step>` in output_dir) hold
-`model`, `optimizer`, `step`: the project format of `checkpoints.py`. They are
+`model`, `optimizer` (its variables: iterations, slots, loss scale), `step`
+and `rng` (dropout seed states): the project format of `checkpoints.py`. They are
 written every `save_checkpoints_steps`, at the end, and after the current
 inner loop when the process gets SIGTERM. A rerun with the same output_dir
 resumes the step, the optimizer slots (and so the learning-rate schedule).
@@ -127,8 +128,18 @@ class Trainer:
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
       # Slots exist before any restore, so it restores them at once.
       optimizer.build(model.trainable_variables)
-    self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                          step=self.step)
+    # The optimizer edge holds its own variables (iterations, slots, loss
+    # scale) but not the optimizer object: that one also tracks the model's
+    # variables, and a checkpoint names each variable by its shortest path,
+    # which would put the weights under optimizer/ instead of model/.
+    # `rng` holds the dropout seed generators' states, so a resumed run draws
+    # the same dropout masks as an uninterrupted one.
+    weights = {id(v) for v in model.weights}
+    seed_states = [v for v in model.variables if id(v) not in weights]
+    self.checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=tf.train.Checkpoint(
+            variables=list(optimizer.variables)), step=self.step,
+        rng=tf.train.Checkpoint(states=seed_states))
     self._checkpoint_dir = config.output_dir
     if not self.is_chief:
       # Every worker must take part in a save; only the chief's is kept.
@@ -203,6 +214,9 @@ class Trainer:
       replica_grads = tf.function(replica_grads, jit_compile=True)
       apply = tf.function(apply, jit_compile=True)
 
+    # Autograph only for the tf.range loop: converting the model and the
+    # Keras optimizer's Python would multiply the tracing time.
+    @tf.autograph.experimental.do_not_convert
     def replica_step(batches):
       grads, losses, metrics = replica_grads(batches)
       if strategy.num_replicas_in_sync > 1:
@@ -240,7 +254,7 @@ class Trainer:
     inputs_spec, labels_spec = element_spec
     keys = {}
 
-    @tf.function
+    @tf.function(autograph=False)
     def probe(inputs, labels):
       outputs = self.model(inputs, training=False)
       keys["loss"] = sorted(self.loss_fn(labels, outputs))
@@ -332,7 +346,7 @@ class Trainer:
     dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
     strategy = self.strategy
 
-    @tf.function
+    @tf.function(autograph=False)
     def eval_step(batch):
       def replica_fn(inputs, labels):
         return eval_fn(labels, self.model(inputs, training=False))
