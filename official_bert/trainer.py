@@ -86,10 +86,12 @@ class TrainConfig:
 
 @dataclasses.dataclass
 class TrainResult:
-  """What `train` did: the step reached and the last loop's metrics."""
+  """What `train` did: the step reached, the last loop's metrics, and every
+  loop's metrics (with `step` and `seconds`) in `history`."""
   step: int
   metrics: dict
   preempted: bool = False
+  history: list = dataclasses.field(default_factory=list)
 
 
 def accuracies(sums):
@@ -292,7 +294,7 @@ class Trainer:
       self.log(f"Already at step {start} >= num_train_steps="
                f"{config.num_train_steps}; nothing to train.")
       return TrainResult(step=start, metrics={})
-    t_start, steps_done = time.time(), 0
+    t_start, steps_done, history = time.time(), 0, []
     while step < config.num_train_steps:
       next_save = (step // config.save_checkpoints_steps + 1) * (
           config.save_checkpoints_steps)
@@ -316,6 +318,7 @@ class Trainer:
       if global_batch_size:
         metrics["sequences_per_second"] = rate = (
             global_batch_size * num_steps / max(elapsed, 1e-9))
+      history.append(dict(metrics, step=step, seconds=elapsed))
       eta = (time.time() - t_start) / steps_done * (
           config.num_train_steps - step)
       shown = {k: v for k, v in metrics.items()
@@ -337,8 +340,9 @@ class Trainer:
         path = self.save()
         self.log(f"SIGTERM: saved checkpoint {path} at step {step}; rerun "
                  "with the same --output_dir to resume.")
-        return TrainResult(step=step, metrics=metrics, preempted=True)
-    return TrainResult(step=step, metrics=metrics)
+        return TrainResult(step=step, metrics=metrics, preempted=True,
+                           history=history)
+    return TrainResult(step=step, metrics=metrics, history=history)
 
   # ---------------------------------------------------------- evaluate ----
   def evaluate(self, dataset_fn, eval_fn, max_steps=None):

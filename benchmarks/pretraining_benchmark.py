@@ -1,0 +1,211 @@
+"""Pretraining step throughput: official_bert's trainer vs keras-hub's BertMaskedLM.
+
+One run, same TensorFlow, same synthetic batches: BERT-Mini (L4 H256 A4,
+intermediate 1024, vocab 30522), seq 128, batch 32, 20 predictions, AdamW.
+Prints sequences/s, model-FLOPs utilisation (MFU) against this machine's
+measured matmul peak, and the ratio to keras-hub with XLA:
+
+    python -m benchmarks.pretraining_benchmark            # all configurations
+    python -m benchmarks.pretraining_benchmark --steps=30 --configs=ours_xla,hub_xla
+
+Model FLOPs per sequence (training = 3 x forward; embeddings' lookups and
+softmax/LayerNorm not counted, as is usual for MFU):
+    forward = T*L*(8H^2 + 4*H*I + 4*T*H) + P*(2H^2 + 2*H*V) + 2H^2 + 4H
+keras-hub's BertMaskedLM has no next-sentence head (a negligible 2H^2 + 4H).
+"""
+
+import os
+import subprocess
+import time
+
+from absl import app
+from absl import flags
+
+flags.DEFINE_integer("batch_size", 32, "Sequences per step.")
+flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
+flags.DEFINE_integer("predictions", 20, "Masked positions per sequence.")
+flags.DEFINE_integer("steps", 20, "Timed steps per configuration (after a "
+                     "warm-up loop of the same length).")
+flags.DEFINE_integer("repeats", 2, "Timed loops per configuration (best kept).")
+flags.DEFINE_list("configs", ["ours", "ours_xla", "hub", "hub_xla",
+                              "ours_bf16", "ours_bf16_xla"],
+                  "Configurations to run: ours[_bf16][_xla], hub[_xla].")
+
+FLAGS = flags.FLAGS
+MINI = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4,
+            num_attention_heads=4, intermediate_size=1024)
+
+
+def model_flops_per_sequence(t, p, h=256, i=1024, layers=4, v=30522):
+  """Training FLOPs of one sequence (3 x the forward pass's matmul FLOPs)."""
+  forward = t * layers * (8 * h * h + 4 * h * i + 4 * t * h)
+  forward += p * (2 * h * h + 2 * h * v) + 2 * h * h + 4 * h
+  return 3 * forward
+
+
+def matmul_peak(dtype, n=2048, seconds=3.0):
+  """Measured FLOP/s of a big [n, n] x [n, n] matmul, best of a few runs."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  a = tf.random.normal((n, n), dtype=tf.float32)
+  a = tf.cast(a, dtype)
+  b = tf.cast(tf.random.normal((n, n)), dtype)
+
+  @tf.function(jit_compile=True)
+  def ten(a, b):
+    c = a
+    for _ in range(10):
+      c = tf.matmul(c, b) * tf.cast(1e-3, dtype)
+    return c
+
+  ten(a, b).numpy()
+  best, start = 0.0, time.time()
+  while time.time() - start < seconds:
+    t0 = time.perf_counter()
+    ten(a, b).numpy()
+    best = max(best, 10 * 2 * n ** 3 / (time.perf_counter() - t0))
+  return best
+
+
+def synthetic_batch(batch, seq, preds, vocab, seed=0):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1000, vocab, (batch, seq)).astype("int32")
+  positions = np.sort(np.stack([rng.choice(np.arange(1, seq), preds, False)
+                                for _ in range(batch)]), axis=1).astype("int32")
+  return {
+      "ids": ids, "mask": np.ones((batch, seq), "int32"),
+      "types": (np.arange(seq)[None] >= seq // 2).repeat(batch, 0).astype("int32"),
+      "positions": positions,
+      "labels": np.take_along_axis(ids, positions, 1),
+      "weights": np.ones((batch, preds), "float32"),
+      "nsp": rng.integers(0, 2, batch).astype("int32"),
+  }
+
+
+def run_ours(data, precision, jit_compile, steps, repeats):
+  """seq/s of official_bert's Trainer (default strategy, one device)."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
+  distribution.set_mixed_precision(precision)
+  keras.utils.set_random_seed(0)
+  model = pretrainer.BertPretrainer.from_bert_config(
+      configs.BertConfig(**MINI))
+  total = steps * (repeats + 1)
+  optimizer = optimization.create_optimizer("adamw", 1e-4, total, 0,
+                                            mixed_precision=precision)
+  element = ({"input_word_ids": data["ids"], "input_mask": data["mask"],
+              "input_type_ids": data["types"],
+              "masked_lm_positions": data["positions"]},
+             {"masked_lm_ids": data["labels"],
+              "masked_lm_weights": data["weights"],
+              "next_sentence_labels": data["nsp"]})
+  batch = len(data["ids"])
+  with tempfile.TemporaryDirectory() as output_dir:
+    t = trainer_lib.Trainer(
+        tf.distribute.get_strategy(), model, optimizer,
+        pretrainer.pretraining_losses,
+        trainer_lib.TrainConfig(output_dir=output_dir, num_train_steps=total,
+                                steps_per_loop=steps,
+                                save_checkpoints_steps=10 ** 9,
+                                jit_compile=jit_compile),
+        metric_fn=pretrainer.pretraining_metric_counts, log=lambda _: None)
+    t.save = lambda: None  # time the steps, not the final checkpoint
+    result = t.train(
+        lambda _: tf.data.Dataset.from_tensors(element).repeat(),
+        global_batch_size=batch)
+  distribution.set_mixed_precision("float32")
+  return max(h["sequences_per_second"] for h in result.history[1:])
+
+
+def run_hub(data, jit_compile, steps, repeats):
+  """seq/s of keras-hub's BertMaskedLM trained with fit()."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import keras_hub  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  keras.utils.set_random_seed(0)
+  backbone = keras_hub.models.BertBackbone(
+      vocabulary_size=MINI["vocab_size"], num_layers=4, num_heads=4,
+      hidden_dim=256, intermediate_dim=1024)
+  model = keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
+  model.compile(
+      optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
+                                       global_clipnorm=1.0),
+      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()],
+      jit_compile=jit_compile)
+  x = {"token_ids": data["ids"], "segment_ids": data["types"],
+       "padding_mask": data["mask"].astype(bool),
+       "mask_positions": data["positions"]}
+  dataset = tf.data.Dataset.from_tensors(
+      (x, data["labels"], data["weights"])).repeat()
+  times = []
+
+  class Timer(keras.callbacks.Callback):
+
+    def on_epoch_begin(self, epoch, logs=None):
+      self.start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+      times.append(time.perf_counter() - self.start)
+
+  model.fit(dataset, epochs=repeats + 1, steps_per_epoch=steps, verbose=0,
+            callbacks=[Timer()])
+  return len(data["ids"]) * steps / min(times[1:])
+
+
+def _load():
+  try:
+    return os.getloadavg()[0]
+  except OSError:
+    return float("nan")
+
+
+def main(argv):
+  del argv
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout
+  print(f"load at start: {uptime.strip()}", flush=True)
+  peaks = {"float32": matmul_peak(tf.float32),
+           "bfloat16": matmul_peak(tf.bfloat16)}
+  print(f"matmul peak: float32 {peaks['float32'] / 1e9:.0f} GFLOP/s, "
+        f"bfloat16 {peaks['bfloat16'] / 1e9:.0f} GFLOP/s "
+        f"({tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()} threads)",
+        flush=True)
+  data = synthetic_batch(FLAGS.batch_size, FLAGS.seq_length, FLAGS.predictions,
+                         MINI["vocab_size"])
+  flops = model_flops_per_sequence(FLAGS.seq_length, FLAGS.predictions)
+  print(f"BERT-Mini, seq {FLAGS.seq_length}, batch {FLAGS.batch_size}, "
+        f"{FLAGS.predictions} predictions: {flops / 1e9:.2f} GFLOP per "
+        "training sequence", flush=True)
+  results = {}
+  for name in FLAGS.configs:
+    jit = name.endswith("_xla")
+    start = time.time()
+    if name.startswith("hub"):
+      rate = run_hub(data, jit, FLAGS.steps, FLAGS.repeats)
+      peak = peaks["float32"]
+    else:
+      precision = "mixed_bfloat16" if "_bf16" in name else "float32"
+      rate = run_ours(data, precision, jit, FLAGS.steps, FLAGS.repeats)
+      peak = peaks["bfloat16" if "_bf16" in name else "float32"]
+    results[name] = rate
+    print(f"{name:14s} {rate:7.1f} seq/s  MFU {rate * flops / peak:6.1%}  "
+          f"(load {_load():.1f}, {time.time() - start:.0f} s)", flush=True)
+  base = results.get("hub_xla")
+  if base:
+    print("ratio to keras-hub with XLA: " + ", ".join(
+        f"{name} {rate / base:.2f}x" for name, rate in results.items()))
+  uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout
+  print(f"load at end: {uptime.strip()}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,187 @@
+"""Tests for official_bert/run_pretraining.py as a real command-line program."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import input_pipeline_test
+from tests import testing
+
+PROGRAM = ["-m", "official_bert.run_pretraining"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  """Two tiny TFRecord files and a tiny bert_config.json."""
+  root = tmp_path_factory.mktemp("pretraining")
+  for i in range(2):
+    input_pipeline_test.write_records(
+        root / f"part-{i}.tfrecord",
+        input_pipeline_test.make_instances(24, seed=10 + i))
+  config = root / "bert_config.json"
+  testing.tiny_config().to_json_file(str(config))
+  return root
+
+
+def _flags(setup, output_dir, **overrides):
+  values = dict(
+      input_file=f"{setup}/part-*.tfrecord", output_dir=str(output_dir),
+      bert_config_file=f"{setup}/bert_config.json", max_seq_length=testing.SEQ,
+      max_predictions_per_seq=3, train_batch_size=4, num_train_steps=8,
+      num_warmup_steps=2, learning_rate=1e-3, steps_per_loop=2,
+      save_checkpoints_steps=2)
+  values.update(overrides)
+  return PROGRAM + ["--do_train"] + [f"--{k}={v}" for k, v in values.items()]
+
+
+def _weights(output_dir):
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(output_dir)))
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()
+          if name.startswith(("model/", "optimizer/", "step/"))}
+
+
+def _error_line(proc):
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  return lines[-1] if lines else ""
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"max_seq_length": testing.SEQ + 2},
+     f"feature input_ids has length {testing.SEQ}, expected {testing.SEQ + 2} "
+     "from --max_seq_length"),
+    ({"max_predictions_per_seq": 5},
+     "has length 3, expected 5 from --max_predictions_per_seq"),
+    ({"input_file": "/nonexistent/*.tfrecord"}, "matches no file"),
+    ({"train_batch_size": 5, "gradient_accumulation_steps": 2},
+     "--train_batch_size=5 is not divisible"),
+])
+def test_bad_flags_and_mismatched_data_give_one_sentence(setup, tmp_path,
+                                                         change, expected):
+  proc = testing.run_cli(_flags(setup, tmp_path / "out", **change), check=False)
+  assert proc.returncode != 0
+  assert "Traceback" not in proc.stderr
+  assert expected in _error_line(proc), proc.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "out" / "checkpoint")
+
+
+def test_neither_train_nor_eval_is_a_usage_error(setup, tmp_path):
+  args = [a for a in _flags(setup, tmp_path) if a != "--do_train"]
+  proc = testing.run_cli(args, check=False)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert "--do_train or --do_eval" in _error_line(proc)
+
+
+def _popen(args, env=None):
+  full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                  PYTHONPATH=testing.ROOT, **(env or {}))
+  return subprocess.Popen([sys.executable] + args, cwd=testing.ROOT,
+                          env=full_env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes_to_the_same_weights(setup, tmp_path):
+  """Kill -9 after the first checkpoint, rerun: same end as no interruption.
+
+  Dropout is on: the checkpoint keeps the dropout seed states and the data
+  pipeline is seeded and skips the batches already used, so the resumed run
+  sees the same batches and masks as the uninterrupted one.
+  """
+  steps = 60
+  whole = _popen(_flags(setup, tmp_path / "whole", num_train_steps=steps))
+  killed_dir = tmp_path / "killed"
+  killed = _popen(_flags(setup, killed_dir, num_train_steps=steps))
+  deadline = time.time() + 300
+  while not (killed_dir / "checkpoint").exists():
+    assert killed.poll() is None, killed.communicate()[1][-3000:]
+    assert time.time() < deadline
+    time.sleep(0.01)
+  killed.send_signal(signal.SIGKILL)
+  killed.wait()
+  first = int(tf.train.latest_checkpoint(str(killed_dir)).rsplit("-", 1)[1])
+  assert 2 <= first < steps  # killed mid-run, after a checkpoint
+  resumed = testing.run_cli(_flags(setup, killed_dir, num_train_steps=steps))
+  assert f"at step {first}" in resumed.stdout
+  assert f"Trained steps {first}..{steps}" in resumed.stdout
+  out, err = whole.communicate(timeout=300)
+  assert whole.returncode == 0, err[-3000:]
+  a, b = _weights(tmp_path / "whole"), _weights(killed_dir)
+  assert a.keys() == b.keys() and len(a) > 40
+  for name in a:
+    np.testing.assert_allclose(a[name], b[name], atol=1e-6, err_msg=name)
+  assert int(b["step/.ATTRIBUTES/VARIABLE_VALUE"]) == steps
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_worker_processes_train_with_multi_worker_mirrored(setup,
+                                                               tmp_path):
+  workers = [f"localhost:{_free_port()}" for _ in range(2)]
+  output_dir = tmp_path / "out"
+  procs = []
+  for index in range(2):
+    tf_config = json.dumps({"cluster": {"worker": workers},
+                            "task": {"type": "worker", "index": index}})
+    procs.append(_popen(
+        _flags(setup, output_dir, distribution_strategy="multi_worker_mirrored",
+               num_train_steps=4) + ["--do_eval", "--max_eval_steps=3"],
+        env={"TF_CONFIG": tf_config}))
+  results = [p.communicate(timeout=400) for p in procs]
+  for proc, (out, err) in zip(procs, results):
+    assert proc.returncode == 0, err[-3000:]
+    assert "2 replicas (multi_worker_mirrored)" in out
+    assert "Trained steps 0..4" in out
+  assert tf.train.latest_checkpoint(str(output_dir)).endswith("ckpt-4")
+  assert not [n for n in os.listdir(output_dir) if n.startswith(".worker")]
+  assert json.load(open(output_dir / "flags.json"))["num_replicas"] == 2
+  assert "masked_lm_accuracy = " in (output_dir / "eval_results.txt").read_text()
+
+
+@pytest.mark.slow
+def test_end_to_end_on_real_text(tmp_path):
+  """The data job on the shared corpus, a small BERT, loss down, eval written."""
+  testing.require_shared_data()
+  data = tmp_path / "pydocs.tfrecord"
+  testing.run_cli(["-m", "tfrecords.create_pretraining_data",
+                   f"--input_file={testing.CORPUS}", f"--output_file={data}",
+                   f"--vocab_file={testing.VOCAB}", "--max_seq_length=64",
+                   "--max_predictions_per_seq=10", "--dupe_factor=1"])
+  config = tmp_path / "bert_config.json"
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  configs.PRESETS["bert_tiny"].replace(max_position_embeddings=64).to_json_file(
+      str(config))
+  steps = 300
+  proc = testing.run_cli(
+      PROGRAM + [f"--input_file={data}", f"--output_dir={tmp_path / 'out'}",
+                 f"--bert_config_file={config}", "--do_train", "--do_eval",
+                 "--max_seq_length=64", "--max_predictions_per_seq=10",
+                 "--train_batch_size=32", f"--num_train_steps={steps}",
+                 "--num_warmup_steps=30", "--learning_rate=1e-3",
+                 "--steps_per_loop=50", "--save_checkpoints_steps=300",
+                 "--max_eval_steps=20", "--eval_batch_size=32",
+                 "--jit_compile"])
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("step ")]
+  losses = [float(l.split(" loss ")[1].split()[0]) for l in lines]
+  assert len(losses) == steps // 50 and losses[-1] < losses[0] - 1.0, lines
+  results = dict(line.split(" = ") for line in
+                 (tmp_path / "out" / "eval_results.txt").read_text().splitlines())
+  assert set(results) >= {"masked_lm_accuracy", "masked_lm_loss",
+                          "next_sentence_accuracy", "next_sentence_loss"}
+  # The unigram baseline (always the most frequent masked token) on this
+  # corpus is ~5% ("the", ".", ","); a trained model must clearly beat it.
+  assert float(results["masked_lm_accuracy"]) > 0.10, results
+  assert int(results["global_step"]) == steps
