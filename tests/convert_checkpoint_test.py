@@ -13,6 +13,7 @@ from official_bert import checkpoint_names
 from official_bert import checkpoints
 from official_bert import configs
 from official_bert import convert_checkpoint
+from official_bert import finetuning_models
 from official_bert import pretrainer as pretrainer_lib
 from tests import testing
 
@@ -134,6 +135,13 @@ def test_pytorch_bin_and_bert_model_without_prefix(hf_model, reference,
   source = _hf_dir(hf_model, tmp_path / "bin", safetensors=False)
   convert_checkpoint.convert(source, str(tmp_path / "out"))
   _assert_same_numbers(str(tmp_path / "out"), reference)
+  # run_classifier's --init_checkpoint: the classifier's encoder loads it.
+  classifier = finetuning_models.BertClassifier.from_bert_config(
+      testing.tiny_config(), 3)
+  checkpoints.restore_encoder(classifier.encoder, str(tmp_path / "out"))
+  np.testing.assert_allclose(
+      classifier.encoder(reference[0], training=False)["pooled_output"],
+      reference[1]["pooled_output"], atol=ATOL)
   # A bare BertModel (no "bert." prefix, no heads): the encoder converts.
   bare = tmp_path / "bare"
   hf_model.bert.save_pretrained(bare)
