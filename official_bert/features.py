@@ -11,16 +11,19 @@ create_pretraining_data.py (L = max_seq_length, P = max_predictions_per_seq):
   masked_lm_weights     float [P]  1.0 per real prediction, 0.0 padding
   next_sentence_labels  int64 [1]  1 = B is a random segment, 0 = actual next
 
-The writer side (`serialize_examples`) is numpy only: it hand-encodes the
-protobuf wire format for a whole batch of instances at once, so the data job's
-worker processes never import TensorFlow. Its bytes equal
+The writer side (`serialize_examples`, `frame_records`) is numpy and
+google-crc32c only: it hand-encodes the protobuf wire format for a whole batch
+of instances at once and frames the records as TFRecord files do, so the data
+job's worker processes never import TensorFlow. Its bytes equal
 `tf.train.Example.SerializeToString(deterministic=True)` (features in key
 order). The reader side (`feature_spec`, `check_record_lengths`) imports
 TensorFlow when called.
 """
 
 import dataclasses
+import struct
 
+import google_crc32c
 import numpy as np
 
 # (name, kind, length key): length key "seq" = max_seq_length,
@@ -186,6 +189,42 @@ def split_blob(blob, lengths):
   starts = ends - lengths
   view = memoryview(blob)
   return [view[s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+
+
+def _masked_crc(data):
+  """TFRecord's masked CRC-32C of data."""
+  crc = google_crc32c.value(data)
+  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_records(blob, lengths):
+  """(blob, lengths) from serialize_examples -> the bytes of a TFRecord file.
+
+  Each record is framed as TFRecord files are: uint64 length, masked CRC-32C
+  of the length, the data, masked CRC-32C of the data (little-endian). So a
+  worker process hands the writer bytes ready to append to a file.
+  """
+  parts, headers = [], {}
+  start = 0
+  for n in lengths.tolist():
+    header = headers.get(n)
+    if header is None:
+      size = struct.pack("<Q", n)
+      header = headers[n] = size + struct.pack("<I", _masked_crc(size))
+    record = blob[start:start + n]
+    parts += (header, record, struct.pack("<I", _masked_crc(record)))
+    start += n
+  return b"".join(parts)
+
+
+def unframe_records(data):
+  """The bytes of an uncompressed TFRecord file -> its records (no CRC check)."""
+  records, at = [], 0
+  while at + 12 <= len(data):
+    n = int.from_bytes(data[at:at + 8], "little")
+    records.append(bytes(data[at + 12:at + 12 + n]))
+    at += n + 16
+  return records
 
 
 # ------------------------------------------------------------- reader ----

@@ -137,10 +137,10 @@ def test_a_failed_run_leaves_no_finished_looking_file(corpus, tmp_path, monkeypa
   path = str(tmp_path / "out.tfrecord")
   real = instances.process_window
 
-  def fail_on_third(window, options):
+  def fail_on_third(window, options, framed=False):
     if window.index == 3:
       raise RuntimeError("simulated crash")
-    return real(window, options)
+    return real(window, options, framed)
 
   monkeypatch.setattr(instances, "process_window", fail_on_third)
   with pytest.raises(RuntimeError, match="simulated crash"):

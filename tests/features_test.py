@@ -112,3 +112,11 @@ def test_check_record_lengths_on_empty_and_foreign_files(tmp_path):
   text.write_text("not a tfrecord file at all\n")
   with pytest.raises(ValueError, match="Cannot read TFRecord file"):
     features.check_record_lengths(str(text), L, P)
+
+
+def test_frame_records_equals_tfrecord_writer(tmp_path):
+  inst = _instances(seed=5, top=1 << 30)
+  blob, lengths = features.serialize_examples(inst)
+  path = _write(str(tmp_path / "tf.tfrecord"), inst)
+  with open(path, "rb") as f:
+    assert features.frame_records(blob, lengths) == f.read()

@@ -26,6 +26,7 @@ Usage:
 
 import collections
 import dataclasses
+import gzip
 import json
 import multiprocessing
 import os
@@ -81,40 +82,60 @@ def output_paths(output_file, num_output_shards):
 
 
 class _Writers:
-  """Round-robin TFRecord writers under temporary names, renamed at the end."""
+  """Round-robin TFRecord files under temporary names, renamed at the end.
+
+  Workers hand over framed records (features.frame_records), so writing is
+  appending bytes; GZIP is the gzip format TF's "GZIP" TFRecord reader reads.
+  """
 
   def __init__(self, paths, compression):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    self._tf = tf
     self.paths = paths
     self.counts = [0] * len(paths)
-    options = tf.io.TFRecordOptions(compression_type=compression)
+    self._raw, self._files = [], []
     for path in paths:
       parent = os.path.dirname(path)
       if parent:
-        tf.io.gfile.makedirs(parent)
-    self._writers = [tf.io.TFRecordWriter(p + ".incomplete", options)
-                     for p in paths]
+        os.makedirs(parent, exist_ok=True)
+      raw = open(path + ".incomplete", "wb")
+      self._raw.append(raw)
+      self._files.append(
+          gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6,
+                        mtime=0) if compression == "GZIP" else raw)
     self._next = 0
 
-  def write(self, records):
-    writers, n = self._writers, len(self._writers)
-    for record in records:
-      writers[self._next].write(record)
-      self.counts[self._next] += 1
-      self._next = (self._next + 1) % n
+  def write(self, framed, lengths):
+    """Appends framed records (lengths: their data lengths) round-robin."""
+    n_files = len(self._files)
+    if n_files == 1:
+      self._files[0].write(framed)
+      self.counts[0] += len(lengths)
+      return
+    ends = np.cumsum(lengths + 16).tolist()
+    parts = [[] for _ in range(n_files)]
+    view, start, k = memoryview(framed), 0, self._next
+    for end in ends:
+      parts[k].append(view[start:end])
+      start, k = end, (k + 1) % n_files
+    for f, i in zip(self._files, range(n_files)):
+      f.write(b"".join(parts[i]))
+      self.counts[i] += len(parts[i])
+    self._next = k
+
+  def _close(self):
+    for f, raw in zip(self._files, self._raw):
+      f.close()
+      raw.close()
 
   def commit(self):
-    for w in self._writers:
-      w.close()
+    self._close()
     for p in self.paths:
-      self._tf.io.gfile.rename(p + ".incomplete", p, overwrite=True)
+      os.replace(p + ".incomplete", p)
 
   def abort(self):
-    for w, p in zip(self._writers, self.paths):
-      w.close()
-      if self._tf.io.gfile.exists(p + ".incomplete"):
-        self._tf.io.gfile.remove(p + ".incomplete")
+    self._close()
+    for p in self.paths:
+      if os.path.exists(p + ".incomplete"):
+        os.remove(p + ".incomplete")
 
 
 def _log_examples(records, tokenizer):
@@ -191,9 +212,10 @@ def _run(config, pool, start):
   writers = _Writers(config.output_files, config.compression)
   try:
     if pool is not None:
-      run = lambda w: pool.apply_async(instances.process_window, (w, options))
+      run = lambda w: pool.apply_async(instances.process_window,
+                                      (w, options, True))
     else:
-      run = lambda w: _Done(instances.process_window(w, options))
+      run = lambda w: _Done(instances.process_window(w, options, True))
     pending = collections.deque()
     last_report = time.time()
 
@@ -201,10 +223,11 @@ def _run(config, pool, start):
       nonlocal last_report
       while len(pending) > limit:
         result = pending.popleft().get()
-        records = features.split_blob(result.blob, result.lengths)
         if result.index == 0:
-          _log_examples(records[:LOGGED_EXAMPLES], tokenizer)
-        writers.write(records)
+          _log_examples(features.unframe_records(
+              result.blob[:int(np.sum(result.lengths[:LOGGED_EXAMPLES] + 16))]),
+                        tokenizer)
+        writers.write(result.blob, result.lengths)
         stats.update(documents=result.documents, sentences=result.sentences,
                      tokens=result.tokens, instances=len(result.lengths),
                      random_next=result.random_next, windows=1)

@@ -370,10 +370,17 @@ class WindowResult:
   random_next: int
 
 
-def process_window(window, options):
-  """Window -> WindowResult (the worker's whole job)."""
+def process_window(window, options, framed=False):
+  """Window -> WindowResult (the worker's whole job).
+
+  blob holds the serialized Examples back to back, or with framed=True the
+  bytes of a TFRecord file holding them (record i then takes lengths[i] + 16
+  bytes).
+  """
   instances = build_instances(window, options)
   blob, lengths = features.serialize_examples(instances)
+  if framed:
+    blob = features.frame_records(blob, lengths)
   return WindowResult(
       index=window.index, blob=blob, lengths=lengths,
       documents=len(window.document_sizes),
