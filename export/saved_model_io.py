@@ -1,0 +1,165 @@
+"""What both exporters share: reading the model to export, writing atomically.
+
+  * `load_pretrained(...)`: `bert_config.json` + any official_bert checkpoint
+    -> the encoder (and the masked-LM head, when the checkpoint has one), with
+    one clear `ValueError` for every kind of mismatch;
+  * `check_vocab(...)`: the vocabulary fits the model;
+  * `atomic_save(...)`: a SavedModel appears under its final name only when
+    complete (written beside it under a hidden temporary name, then renamed),
+    so an interrupted export never leaves a directory that looks finished;
+  * `op_types(...)`: every op a SavedModel's graph uses, split into core
+    TensorFlow, TF Text and anything else (what a model server must link).
+"""
+
+import glob
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from official_bert import checkpoints
+from official_bert import configs
+from official_bert import pretrainer as pretrainer_lib
+from official_bert import tokenization
+
+
+def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
+  """Builds the model of `bert_config_file` and restores `init_checkpoint`.
+
+  Args:
+    bert_config_file: path of a `bert_config.json`.
+    init_checkpoint: an official_bert checkpoint prefix or directory
+      (pretraining, converted, fine-tuned or plain encoder).
+    with_mlm: also restore the masked-LM head when the checkpoint has one.
+
+  Returns:
+    (encoder, mlm_head): a `BertEncoder` and its `MaskedLMHead`, or None for
+    the head when the checkpoint has none (e.g. a fine-tuned classifier) or
+    `with_mlm` is False.
+
+  Raises:
+    ValueError: one sentence naming the file and what differs.
+  """
+  config = configs.BertConfig.from_json_file(bert_config_file)
+  prefix = checkpoints.resolve(init_checkpoint)
+  names = list(tf.train.load_checkpoint(prefix).get_variable_to_shape_map())
+  _check_layer_count(names, config, prefix, bert_config_file)
+  has_mlm = any(n.startswith("model/cls_predictions/") for n in names)
+  model = pretrainer_lib.BertPretrainer.from_bert_config(
+      config, use_next_sentence=False)
+  if with_mlm and has_mlm:
+    checkpoints.restore_model(model, prefix)
+    return model.encoder, model.cls_predictions
+  checkpoints.restore_encoder(model.encoder, prefix)
+  return model.encoder, None
+
+
+def _check_layer_count(names, config, prefix, bert_config_file):
+  # tf.train.Checkpoint ignores extra objects; a checkpoint with more layers
+  # than the config would otherwise export a silently truncated model.
+  layers = set()
+  for name in names:
+    for part in name.split("/"):
+      if part.startswith("layer_") and part[6:].isdigit():
+        layers.add(int(part[6:]))
+  if layers and max(layers) + 1 != config.num_hidden_layers:
+    raise ValueError(
+        f"checkpoint {prefix} has {max(layers) + 1} Transformer layers but "
+        f"{bert_config_file} says num_hidden_layers="
+        f"{config.num_hidden_layers}; pass the bert_config.json that was "
+        "saved with this checkpoint")
+
+
+def check_vocab(vocab_file, vocab_size):
+  """Loads the vocab (clear errors) and checks it fits `vocab_size` ids."""
+  vocab = tokenization.load_vocab(vocab_file)
+  if len(vocab) > vocab_size:
+    raise ValueError(
+        f"vocab_file {vocab_file} has {len(vocab)} tokens but the model's "
+        f"bert_config vocab_size is {vocab_size}; pass the vocab.txt the "
+        "model was trained with")
+  return vocab
+
+
+def atomic_save(obj, export_path, signatures=None, after_save=None):
+  """`tf.saved_model.save` that publishes `export_path` only when complete.
+
+  Args:
+    obj: the trackable root to save.
+    export_path: final directory; must not exist yet.
+    signatures: passed to `tf.saved_model.save`.
+    after_save: optional `fn(tmp_dir)` that adds files (e.g. TF Serving
+      warmup requests) before the rename.
+
+  Returns:
+    `export_path`.
+  """
+  export_path = os.path.abspath(export_path)
+  if tf.io.gfile.exists(export_path):
+    raise ValueError(f"export path {export_path} already exists; remove it "
+                     "or choose another path")
+  parent = os.path.dirname(export_path)
+  os.makedirs(parent, exist_ok=True)
+  # Hidden and non-numeric, so neither TF Serving's version scan nor a
+  # reader looking for `export_path` mistakes it for a finished export.
+  tmp = tempfile.mkdtemp(dir=parent,
+                         prefix=f".{os.path.basename(export_path)}.tmp-")
+  try:
+    tf.saved_model.save(obj, tmp, signatures=signatures)
+    if after_save is not None:
+      after_save(tmp)
+    os.rename(tmp, export_path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return export_path
+
+
+def _tf_text_op_names():
+  import tensorflow_text  # pylint: disable=g-import-not-at-top
+  ops_dir = os.path.join(os.path.dirname(tensorflow_text.__file__),
+                         "python", "ops")
+  names = set()
+  for library in glob.glob(os.path.join(ops_dir, "*.so")):
+    # Already loaded by `import tensorflow_text`, this returns the library's
+    # generated wrappers: one snake_case function per op it registers.
+    module = tf.load_op_library(library)
+    names.update(_op_key(name) for name in dir(module)
+                 if not name.startswith("_"))
+  return names
+
+
+def _op_key(name):
+  # "FastWordpieceTokenizeWithOffsets" and "fast_wordpiece_tokenize_with_
+  # offsets" both become "fastwordpiecetokenizewithoffsets".
+  return name.replace("_", "").replace(">", "").lower()
+
+
+def op_types(export_path):
+  """Op types in a SavedModel's graphs and functions, grouped by origin.
+
+  Returns:
+    dict with sorted lists `core` (ops of core TensorFlow, as listed by
+    `tf.raw_ops`), `tf_text` (TF Text's kernels) and `other` (anything else:
+    a model server without the matching library would fail to load it).
+  """
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  proto = saved_model_pb2.SavedModel()
+  with tf.io.gfile.GFile(os.path.join(export_path, "saved_model.pb"),
+                         "rb") as f:
+    proto.ParseFromString(f.read())
+  used = set()
+  for meta_graph in proto.meta_graphs:
+    used.update(node.op for node in meta_graph.graph_def.node)
+    for function in meta_graph.graph_def.library.function:
+      used.update(node.op for node in function.node_def)
+  function_names = {function.signature.name
+                    for meta_graph in proto.meta_graphs
+                    for function in meta_graph.graph_def.library.function}
+  used -= function_names  # Calls of the graph's own functions.
+  core = set(dir(tf.raw_ops))
+  text = _tf_text_op_names()
+  tf_text = {op for op in used - core if _op_key(op) in text}
+  return {"core": sorted(used & core), "tf_text": sorted(tf_text),
+          "other": sorted(used - core - tf_text)}
