@@ -34,9 +34,18 @@ def get_strategy(name="default", num_gpus=None, tpu=None):
   if name not in STRATEGIES:
     raise ValueError(f"--distribution_strategy must be one of {STRATEGIES}, "
                      f"got {name!r}")
-  gpus = tf.config.list_logical_devices("GPU")
   if name == "default":
     return tf.distribute.get_strategy()
+  if name == "multi_worker_mirrored":
+    # Before anything starts the TensorFlow runtime (listing devices does):
+    # collectives are configured at start-up.
+    if "TF_CONFIG" not in os.environ:
+      raise ValueError("--distribution_strategy=multi_worker_mirrored needs "
+                       "the TF_CONFIG environment variable (cluster and task) "
+                       "set on every worker.")
+    json.loads(os.environ["TF_CONFIG"])  # a clear JSON error early
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  gpus = tf.config.list_logical_devices("GPU")
   if name == "one_device":
     use_gpu = gpus and num_gpus != 0
     return tf.distribute.OneDeviceStrategy("/gpu:0" if use_gpu else "/cpu:0")
@@ -51,13 +60,6 @@ def get_strategy(name="default", num_gpus=None, tpu=None):
                          "are visible; lower --num_gpus.")
       devices = [d.name for d in gpus[:num_gpus]]
     return tf.distribute.MirroredStrategy(devices)
-  if name == "multi_worker_mirrored":
-    if "TF_CONFIG" not in os.environ:
-      raise ValueError("--distribution_strategy=multi_worker_mirrored needs "
-                       "the TF_CONFIG environment variable (cluster and task) "
-                       "set on every worker.")
-    json.loads(os.environ["TF_CONFIG"])  # a clear JSON error early
-    return tf.distribute.MultiWorkerMirroredStrategy()
   if not tpu:
     raise ValueError("--distribution_strategy=tpu needs --tpu (the TPU name "
                      "or grpc:// address).")

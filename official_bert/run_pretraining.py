@@ -180,12 +180,14 @@ def main(argv):
         f"embeddings={config.max_position_embeddings} of "
         f"{FLAGS.bert_config_file}; lower --max_seq_length.")
   try:
-    files = input_pipeline.resolve_input_files(FLAGS.input_file)
-    input_pipeline.check_input_files(files, FLAGS.max_seq_length,
-                                     FLAGS.max_predictions_per_seq)
+    # The strategy first: multi-worker collectives must be configured
+    # before TensorFlow runs any op (reading the files does).
     strategy = distribution.get_strategy(
         FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu)
     distribution.check_jit_compile(strategy, FLAGS.jit_compile)
+    files = input_pipeline.resolve_input_files(FLAGS.input_file)
+    input_pipeline.check_input_files(files, FLAGS.max_seq_length,
+                                     FLAGS.max_predictions_per_seq)
   except ValueError as e:
     raise app.UsageError(str(e))
   replicas = strategy.num_replicas_in_sync

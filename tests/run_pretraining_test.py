@@ -96,7 +96,7 @@ def test_sigkill_then_rerun_resumes_to_the_same_weights(setup, tmp_path):
   pipeline is seeded and skips the batches already used, so the resumed run
   sees the same batches and masks as the uninterrupted one.
   """
-  steps = 60
+  steps = 30
   whole = _popen(_flags(setup, tmp_path / "whole", num_train_steps=steps))
   killed_dir = tmp_path / "killed"
   killed = _popen(_flags(setup, killed_dir, num_train_steps=steps))
