@@ -30,18 +30,21 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("input_file", None, "Text, one example per line "
-                    "(`a ||| b` for a pair).")
-flags.DEFINE_string("output_file", None, "Where to write the JSONL.")
-flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layers, "
-                    "-1 being the last.")
-flags.DEFINE_string("bert_config_file", None, "The model's bert_config.json.")
-flags.DEFINE_string("vocab_file", None, "The model's vocab.txt.")
-flags.DEFINE_string("init_checkpoint", None, "Any official_bert checkpoint "
-                    "(pretraining, converted or fine-tuned), prefix or directory.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).")
-flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated.")
-flags.DEFINE_integer("batch_size", 32, "Batch size for inference.")
+
+def define_flags():
+  """The program's absl flags (defined only when it runs as a program)."""
+  flags.DEFINE_string("input_file", None, "Text, one example per line "
+                      "(`a ||| b` for a pair).")
+  flags.DEFINE_string("output_file", None, "Where to write the JSONL.")
+  flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layers, "
+                      "-1 being the last.")
+  flags.DEFINE_string("bert_config_file", None, "The model's bert_config.json.")
+  flags.DEFINE_string("vocab_file", None, "The model's vocab.txt.")
+  flags.DEFINE_string("init_checkpoint", None, "Any official_bert checkpoint "
+                      "(pretraining, converted or fine-tuned), prefix or directory.")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).")
+  flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated.")
+  flags.DEFINE_integer("batch_size", 32, "Batch size for inference.")
 
 
 def parse_layers(text, num_layers):
@@ -172,4 +175,5 @@ def _rounded(vector):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -37,56 +37,59 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 
-# ---- the original's flags, same names and defaults
-flags.DEFINE_string("task_data_dir", None, "Directory with train/dev/test "
-                    "files (.tsv, .csv or .jsonl).")
-flags.DEFINE_string("bert_config_file", None, "The bert_config.json of the "
-                    "pretrained model.")
-flags.DEFINE_string("vocab_file", None, "The vocab.txt of the pretrained model.")
-flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
-flags.DEFINE_string("init_checkpoint", None, "Pretrained (or converted) "
-                    "checkpoint, a prefix or a directory; its encoder is "
-                    "loaded, the classifier head starts fresh.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).")
-flags.DEFINE_integer("max_seq_length", 128, "Tokens per packed example; "
-                     "longer ones are truncated.")
-flags.DEFINE_bool("do_train", False, "Whether to fine-tune on train.")
-flags.DEFINE_bool("do_eval", False, "Whether to evaluate on dev.")
-flags.DEFINE_bool("do_predict", False, "Whether to predict on test.")
-flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.")
-flags.DEFINE_integer("eval_batch_size", 8, "Batch size for eval.")
-flags.DEFINE_integer("predict_batch_size", 8, "Batch size for predict.")
-flags.DEFINE_float("learning_rate", 2e-5, "Peak learning rate (AdamW).")
-flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training file.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
-                   "linear learning-rate warmup.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
-# ---- the task's columns
-flags.DEFINE_string("text_column", "sentence", "Column (or JSON key) of the text.")
-flags.DEFINE_string("text_b_column", None, "Column of the second text of a "
-                    "pair (unset: single sentences).")
-flags.DEFINE_string("label_column", "label", "Column of the label.")
-flags.DEFINE_enum("task_type", "classification",
-                  ["classification", "regression"], "Regression fits one "
-                  "number per example (mean squared error).")
-# ---- shared with run_pretraining.py: distribution, precision, loop
-flags.DEFINE_enum("distribution_strategy", "default",
-                  ["default", "one_device", "mirrored", "multi_worker_mirrored",
-                   "tpu"], "tf.distribute strategy (see distribution.py).")
-flags.DEFINE_integer("num_gpus", None, "GPUs for mirrored (default all).")
-flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many "
-                     "devices (mirrored replicas without GPUs).")
-flags.DEFINE_string("tpu", None, "TPU name or grpc:// address.")
-flags.DEFINE_enum("mixed_precision", "float32",
-                  ["float32", "mixed_bfloat16", "mixed_float16"],
-                  "Keras dtype policy.")
-flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
-flags.DEFINE_integer("steps_per_loop", 100, "Steps per progress line.")
-flags.DEFINE_float("max_grad_norm", 1.0, "Global-norm gradient clipping.")
-flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
-flags.DEFINE_integer("seed", 12345, "Seed of initialisation, dropout, shuffle.")
-flags.DEFINE_string("export_dir", None, "If set, export the fine-tuned model "
-                    "for TF Serving (raw text in, probabilities out) here.")
+
+def define_flags():
+  """The program's absl flags (defined only when it runs as a program)."""
+  # ---- the original's flags, same names and defaults
+  flags.DEFINE_string("task_data_dir", None, "Directory with train/dev/test "
+                      "files (.tsv, .csv or .jsonl).")
+  flags.DEFINE_string("bert_config_file", None, "The bert_config.json of the "
+                      "pretrained model.")
+  flags.DEFINE_string("vocab_file", None, "The vocab.txt of the pretrained model.")
+  flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
+  flags.DEFINE_string("init_checkpoint", None, "Pretrained (or converted) "
+                      "checkpoint, a prefix or a directory; its encoder is "
+                      "loaded, the classifier head starts fresh.")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).")
+  flags.DEFINE_integer("max_seq_length", 128, "Tokens per packed example; "
+                       "longer ones are truncated.")
+  flags.DEFINE_bool("do_train", False, "Whether to fine-tune on train.")
+  flags.DEFINE_bool("do_eval", False, "Whether to evaluate on dev.")
+  flags.DEFINE_bool("do_predict", False, "Whether to predict on test.")
+  flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.")
+  flags.DEFINE_integer("eval_batch_size", 8, "Batch size for eval.")
+  flags.DEFINE_integer("predict_batch_size", 8, "Batch size for predict.")
+  flags.DEFINE_float("learning_rate", 2e-5, "Peak learning rate (AdamW).")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training file.")
+  flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
+                     "linear learning-rate warmup.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
+  # ---- the task's columns
+  flags.DEFINE_string("text_column", "sentence", "Column (or JSON key) of the text.")
+  flags.DEFINE_string("text_b_column", None, "Column of the second text of a "
+                      "pair (unset: single sentences).")
+  flags.DEFINE_string("label_column", "label", "Column of the label.")
+  flags.DEFINE_enum("task_type", "classification",
+                    ["classification", "regression"], "Regression fits one "
+                    "number per example (mean squared error).")
+  # ---- shared with run_pretraining.py: distribution, precision, loop
+  flags.DEFINE_enum("distribution_strategy", "default",
+                    ["default", "one_device", "mirrored", "multi_worker_mirrored",
+                     "tpu"], "tf.distribute strategy (see distribution.py).")
+  flags.DEFINE_integer("num_gpus", None, "GPUs for mirrored (default all).")
+  flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many "
+                       "devices (mirrored replicas without GPUs).")
+  flags.DEFINE_string("tpu", None, "TPU name or grpc:// address.")
+  flags.DEFINE_enum("mixed_precision", "float32",
+                    ["float32", "mixed_bfloat16", "mixed_float16"],
+                    "Keras dtype policy.")
+  flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
+  flags.DEFINE_integer("steps_per_loop", 100, "Steps per progress line.")
+  flags.DEFINE_float("max_grad_norm", 1.0, "Global-norm gradient clipping.")
+  flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
+  flags.DEFINE_integer("seed", 12345, "Seed of initialisation, dropout, shuffle.")
+  flags.DEFINE_string("export_dir", None, "If set, export the fine-tuned model "
+                      "for TF Serving (raw text in, probabilities out) here.")
 
 
 def _atomic_write(path, text):
@@ -404,4 +407,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
