@@ -148,9 +148,11 @@ def main(argv):
         f"--input_file {f.input_file} holds no text (only blank lines); pass "
         f"a corpus with one sentence per line.")
   logging.info("read %d lines from %d file(s)", len(lines), len(files))
+  _gfile()  # Import TensorFlow before the clock of the progress lines starts.
+  split_start = time.time()
 
   def progress(done):
-    elapsed = time.time() - start
+    elapsed = time.time() - split_start
     rate = done / max(elapsed, 1e-9)
     logging.info("split %d/%d lines (%.0f lines/s, ETA %.0f s)", done,
                  len(lines), rate, (len(lines) - done) / max(rate, 1e-9))
