@@ -174,3 +174,18 @@ def test_eval_results_for_regression_and_classification():
                                        True, 7)
   assert result["eval_spearman"] == pytest.approx(1.0)
   assert result["eval_mse"] == pytest.approx((0.25 + 1 + 2.25) / 3)
+
+
+def test_losses_and_training_metric_counts():
+  logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]], np.float32)
+  labels = np.array([0, 1, 1], np.int32)
+  loss = run_classifier.classifier_losses(labels, logits)["loss"]
+  log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  assert float(loss) == pytest.approx(-log_softmax[[0, 1, 2], labels].mean(),
+                                      rel=1e-5)
+  counts = run_classifier.classifier_metric_counts(labels, logits)
+  assert float(counts["label_correct"]) == 2 and float(counts["label_total"]) == 3
+  values = np.array([[0.5], [2.0]], np.float32)
+  mse = run_classifier.classifier_losses(np.array([1.0, 1.0], np.float32),
+                                         values, regression=True)["loss"]
+  assert float(mse) == pytest.approx((0.25 + 1.0) / 2)
