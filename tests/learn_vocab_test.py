@@ -101,3 +101,20 @@ def test_cli_bad_input_is_one_clear_error(tmp_path, problem):
   assert expected in proc.stderr
   assert "Traceback" not in proc.stderr
   assert not os.listdir(tmp_path) or os.listdir(tmp_path) == ["empty.txt"]
+
+
+def test_learn_vocab_never_exceeds_the_size_asked_for():
+  # Word counts where even the highest threshold yields more tokens than
+  # asked: the result is cut to size, special tokens and characters first.
+  # 26 letters, each alone and as "##x", are already 52 tokens.
+  letters = "abcdefghijklmnopqrstuvwxyz"
+  counts = {letters[n:] + letters[:n]: 50 + n for n in range(26)}
+  steps = []
+  vocab = learn_vocab.learn_vocab(
+      counts, vocab_size=30, num_unused=2,
+      progress=lambda *step: steps.append(step))
+  assert len(vocab) == 30 and len(set(vocab)) == 30
+  assert vocab[:7] == ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]",
+                       "[SEP]", "[MASK]"]
+  assert set(vocab[7:]) <= set(letters) | {"##" + c for c in letters}
+  assert steps and all(size > 30 for _, _, size, _ in steps)

@@ -76,16 +76,54 @@ def count_words(lines, do_lower_case=True, progress=None):
       {word.decode("utf-8"): n for word, n in counts.items()})
 
 
-def learn_vocab(word_counts, vocab_size, num_unused=99):
-  """WordPiece vocab (list of str, special tokens first) from word counts."""
+def learn_vocab(word_counts, vocab_size, num_unused=99, progress=None):
+  """WordPiece vocab (list of str, special tokens first) from word counts.
+
+  TF Text's learner: a binary search over the minimum subword count, each
+  step a full bottom-up learning pass. The search is driven here (not by
+  `learner.learn`) to report each step through `progress(step, threshold,
+  size, seconds)` and to never return more than `vocab_size` tokens.
+  """
   from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner  # pylint: disable=g-import-not-at-top,line-too-long
   reserved = reserved_tokens(num_unused)
   if vocab_size <= len(reserved):
     raise ValueError(
         f"vocab_size={vocab_size} leaves no room after the {len(reserved)} "
         f"special tokens; raise vocab_size or lower num_unused.")
-  vocab = learner.learn(dict(word_counts), vocab_size, reserved,
-                        lower_thresh=MIN_TOKEN_COUNT)
+  # The learner's defaults, but for the minimum count.
+  params = learner.Params(
+      upper_thresh=int(1e7), lower_thresh=MIN_TOKEN_COUNT, num_iterations=4,
+      max_input_tokens=int(5e6), max_token_length=50, max_unique_chars=1000,
+      vocab_size=vocab_size, slack_ratio=0.05, include_joiner_token=True,
+      joiner="##", reserved_tokens=reserved)
+  items = list(word_counts.items())
+  upper, lower = learner.get_search_threshs(
+      items, params.upper_thresh, params.lower_thresh)
+  words = learner.get_input_words(items, reserved, params.max_token_length)
+  words = learner.filter_input_words(
+      words, learner.get_allowed_chars(words, params.max_unique_chars),
+      params.max_input_tokens)
+  best, smallest = None, None
+  for step in range(1, 64):
+    threshold = (upper + lower) // 2
+    start = time.time()
+    vocab = learner.learn_with_thresh(words, threshold, params)
+    if progress:
+      progress(step, threshold, len(vocab), time.time() - start)
+    if len(vocab) <= vocab_size and (best is None or len(vocab) > len(best)):
+      best = vocab
+    if smallest is None or len(vocab) < len(smallest):
+      smallest = vocab
+    if (vocab_size * (1 - params.slack_ratio) <= len(vocab) <= vocab_size
+        or lower >= upper or threshold <= 1):
+      break
+    if len(vocab) > vocab_size:
+      lower = threshold + 1
+    else:
+      upper = threshold - 1
+  # Even the highest threshold tried gave too many tokens: keep the first
+  # ones (special tokens, single characters, then the most frequent).
+  vocab = best if best is not None else smallest[:vocab_size]
   assert vocab[:len(reserved)] == reserved, "learner moved the special tokens"
   return vocab
 
@@ -158,10 +196,16 @@ def main(argv):
                  len(lines), rate, (len(lines) - done) / max(rate, 1e-9))
 
   counts = count_words(lines, f.do_lower_case, progress)
-  logging.info("%d words, %d distinct; learning WordPiece (this part has no "
-               "progress of its own)", sum(counts.values()), len(counts))
+  logging.info("%d words, %d distinct; learning WordPiece: a binary search "
+               "over the minimum count, about log2(highest count) steps",
+               sum(counts.values()), len(counts))
+
+  def learn_progress(step, threshold, size, seconds):
+    logging.info("learning step %d: minimum count %d -> %d tokens (%.1f s)",
+                 step, threshold, size, seconds)
+
   learn_start = time.time()
-  vocab = learn_vocab(counts, f.vocab_size, f.num_unused)
+  vocab = learn_vocab(counts, f.vocab_size, f.num_unused, learn_progress)
   logging.info("learned in %.1f s; first learned tokens: %s",
                time.time() - learn_start,
                " ".join(vocab[len(reserved_tokens(f.num_unused)):][:40]))
