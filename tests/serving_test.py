@@ -52,6 +52,11 @@ def exported(tmp_path_factory):
           "path": str(root / "models" / "bert" / "1")}
 
 
+@pytest.fixture(scope="module")
+def served(exported):
+  return tf.saved_model.load(exported["path"])
+
+
 def _keras_on_text(encoder, texts, texts_b=None):
   """What the text signature should compute, built from the parts."""
   tokenizer = tokenization.FullTokenizer(VOCAB)
@@ -63,8 +68,7 @@ def _keras_on_text(encoder, texts, texts_b=None):
   return inputs, encoder(inputs, training=False)
 
 
-def test_signatures_answer_raw_text_and_ids(exported):
-  served = tf.saved_model.load(exported["path"])
+def test_signatures_answer_raw_text_and_ids(exported, served):
   assert set(served.signatures) == {"serving_default", "serving_ids"}
   text_fn = served.signatures["serving_default"]
   ids_fn = served.signatures["serving_ids"]
@@ -102,9 +106,8 @@ def test_vocab_is_an_asset_inside_the_moved_export(exported):
   assert testing.TESTDATA.encode() not in graph
 
 
-def test_warmup_requests_replay(exported):
+def test_warmup_requests_replay(exported, served):
   from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
-  served = tf.saved_model.load(exported["path"])
   path = os.path.join(exported["path"], serving.WARMUP_FILE)
   logs = []
   for record in tf.data.TFRecordDataset(path):

@@ -45,8 +45,14 @@ def exported(tmp_path_factory):
           "preprocessor": str(root / "moved" / "preprocessor")}
 
 
-def test_encoder_outputs_equal_keras_model(exported):
-  encoder = tf.saved_model.load(exported["encoder"])
+@pytest.fixture(scope="module")
+def loaded(exported):
+  return (tf.saved_model.load(exported["encoder"]),
+          tf.saved_model.load(exported["preprocessor"]))
+
+
+def test_encoder_outputs_equal_keras_model(exported, loaded):
+  encoder = loaded[0]
   keras_encoder = exported["model"].encoder
   for seq in (testing.SEQ, 11):  # Variable sequence length.
     inputs = testing.random_inputs(seq=seq, seed=seq)
@@ -69,8 +75,8 @@ def test_encoder_outputs_equal_keras_model(exported):
   np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_encoder_module_attributes(exported):
-  encoder = tf.saved_model.load(exported["encoder"])
+def test_encoder_module_attributes(exported, loaded):
+  encoder = loaded[0]
   keras_encoder = exported["model"].encoder
   assert len(encoder.trainable_variables) == len(
       keras_encoder.trainable_variables)
@@ -86,8 +92,8 @@ def test_encoder_module_attributes(exported):
       str(exported["root"] / "moved"))
 
 
-def test_dropout_acts_only_in_training(exported):
-  encoder = tf.saved_model.load(exported["encoder"])
+def test_dropout_acts_only_in_training(loaded):
+  encoder = loaded[0]
   inputs = testing.random_inputs()
   eval_1 = encoder(inputs, training=False)["pooled_output"].numpy()
   eval_2 = encoder(inputs)["pooled_output"].numpy()  # default: False
@@ -98,8 +104,8 @@ def test_dropout_acts_only_in_training(exported):
   assert np.abs(train_1 - train_2).max() > 1e-3
 
 
-def test_preprocessor(exported):
-  preprocessor = tf.saved_model.load(exported["preprocessor"])
+def test_preprocessor(loaded):
+  preprocessor = loaded[1]
   special = {k: int(v) for k, v in
              preprocessor.tokenize.get_special_tokens_dict().items()}
   assert special == {"vocab_size": 99, "padding_id": 0,
@@ -167,7 +173,7 @@ def test_hub_keras_layer_fine_tunes(exported):
                                 classifier(texts, training=False))
   assert np.abs(classifier(texts, training=True) -
                 classifier(texts, training=True)).max() > 1e-4
-  classifier.fit(texts, labels, epochs=2, batch_size=4, verbose=0)
+  classifier.fit(texts, labels, epochs=1, batch_size=4, verbose=0)
   changed = [np.abs(b - w.numpy()).max() > 0
              for b, w in zip(before, encoder.trainable_weights)]
   assert all(changed)
