@@ -211,6 +211,22 @@ def test_bad_export_inputs_give_one_clear_error(exported, tmp_path):
     saved_model_io.check_vocab(VOCAB, 50)
 
 
+def test_load_pretrained_reads_a_fine_tuned_checkpoint(tmp_path):
+  from official_bert import finetuning_models  # pylint: disable=g-import-not-at-top
+  config = testing.tiny_config()
+  config.to_json_file(str(tmp_path / "bert_config.json"))
+  classifier = finetuning_models.BertClassifier.from_bert_config(
+      config, num_classes=3)
+  checkpoints.save_model(classifier, str(tmp_path / "ckpt-7"))
+  encoder, mlm_head = saved_model_io.load_pretrained(
+      str(tmp_path / "bert_config.json"), str(tmp_path / "ckpt-7"))
+  assert mlm_head is None  # no masked-LM head in a fine-tuned checkpoint
+  inputs = testing.random_inputs()
+  np.testing.assert_array_equal(
+      encoder(inputs)["pooled_output"],
+      classifier.encoder(inputs)["pooled_output"])
+
+
 def test_interrupted_export_leaves_no_complete_looking_directory(tmp_path):
   module = tf.Module()
   module.v = tf.Variable(1.0)
