@@ -189,14 +189,32 @@ def create_pretraining_data(config):
     raise InputError(str(e)) from None
   # Workers start first (spawned: fork after importing TF is unsafe), so
   # their start-up overlaps the TensorFlow import below.
-  pool = None
-  if config.num_workers > 0:
-    pool = multiprocessing.get_context("spawn").Pool(config.num_workers)
+  pool = _start_workers(config.num_workers) if config.num_workers > 0 else None
   try:
     return _run(config, pool, start)
   finally:
     if pool is not None:
       pool.terminate()
+
+
+def _start_workers(num_workers):
+  """A spawn Pool whose workers import only what they unpickle.
+
+  A spawned worker re-imports the parent's __main__ module; when that is a
+  user's script that imports TensorFlow, every worker would pay its ~0.7 GB
+  and seconds of import. Hiding __main__'s file while the workers start
+  avoids it (the tasks are functions of tfrecords.instances).
+  """
+  main = sys.modules["__main__"]
+  saved = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+           if k in main.__dict__}
+  try:
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    return multiprocessing.get_context("spawn").Pool(num_workers)
+  finally:
+    main.__dict__.pop("__spec__", None)
+    main.__dict__.update(saved)
 
 
 def _run(config, pool, start):
