@@ -1,8 +1,9 @@
 """BERT's FullTokenizer (basic tokenization + WordPiece) as TensorFlow graph ops.
 
 Text in, WordPiece ids out, with the semantics of google-research/bert's
-`tokenization.FullTokenizer` (and of Hugging Face's `BertWordPieceTokenizer`,
-which implements the same rules):
+`tokenization.FullTokenizer` (ids equal Hugging Face's `BertWordPieceTokenizer`
+on every line of the shared English corpus; README "Tokenizer" lists the rare
+characters where the two references differ):
 
   1. clean: drop NUL, U+FFFD and control/format characters; every whitespace
      character becomes a space;
@@ -21,8 +22,6 @@ Example:
   tokenizer.tokenize(tf.constant(["Héllo, world!"]))
   # <tf.RaggedTensor [[7592, 1010, 2088, 999]]>
 """
-
-import os
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -122,7 +121,7 @@ class FullTokenizer(tf.Module):
     vocab = load_vocab(vocab_file)
     self.vocab_file = tf.saved_model.Asset(vocab_file)
     self.do_lower_case = bool(do_lower_case)
-    # A tuple of str: kept out of SavedModel tracking, the asset has it.
+    # Python-side lookups only; a SavedModel gets the file through the asset.
     self._vocab = tuple(vocab)
     token_to_id = {}
     for i, token in enumerate(vocab):
@@ -157,7 +156,7 @@ class FullTokenizer(tf.Module):
   def tokenize(self, texts):
     """String Tensor [B] -> int64 RaggedTensor [B, (wordpieces)].
 
-    Pure-ASCII strings (99.5% of lines of English prose) take a fast path:
+    Pure-ASCII strings (99.5% of the shared corpus' lines) take a fast path:
     ASCII clean-up and lower-casing, then FastWordpiece's own splitting. The
     rest take the exact path of `tokenize_exact`. Both give the same ids.
     """
