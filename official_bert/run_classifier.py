@@ -185,18 +185,20 @@ def _read_split(split, columns, require_label=True):
 
 
 def _label_list(columns, regression):
-  """Labels from the train file, else from a previous run's label_list.json."""
+  """Labels of a previous run (label_list.json) unless training, else the
+  train file's."""
   from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
   saved = os.path.join(FLAGS.output_dir, "label_list.json")
   if regression:
     return None
+  if os.path.exists(saved) and not FLAGS.do_train:
+    # Eval/predict with a fine-tuned model: its own labels, in its order.
+    with open(saved, encoding="utf-8") as f:
+      return json.load(f)
   has_train = any(os.path.exists(os.path.join(FLAGS.task_data_dir, "train" + e))
                   for e in classifier_data.EXTENSIONS)
   if has_train:
     return classifier_data.label_list(_read_split("train", columns))
-  if os.path.exists(saved):
-    with open(saved, encoding="utf-8") as f:
-      return json.load(f)
   raise app.UsageError(f"--task_data_dir {FLAGS.task_data_dir} has no train "
                        f"file and {saved} does not exist: the labels are "
                        "unknown; run --do_train first or add the train file.")
