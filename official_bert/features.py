@@ -191,10 +191,10 @@ def split_blob(blob, lengths):
   return [view[s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
 
 
-def _masked_crc(data):
-  """TFRecord's masked CRC-32C of data."""
-  crc = google_crc32c.value(data)
-  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+def _masked_crcs(crcs):
+  """TFRecord's masking of CRC-32C values (uint32 array)."""
+  crcs = np.asarray(crcs, np.uint32)
+  return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(0xA282EAD8)
 
 
 def frame_records(blob, lengths):
@@ -204,16 +204,21 @@ def frame_records(blob, lengths):
   of the length, the data, masked CRC-32C of the data (little-endian). So a
   worker process hands the writer bytes ready to append to a file.
   """
-  parts, headers = [], {}
-  start = 0
-  for n in lengths.tolist():
-    header = headers.get(n)
-    if header is None:
-      size = struct.pack("<Q", n)
-      header = headers[n] = size + struct.pack("<I", _masked_crc(size))
-    record = blob[start:start + n]
-    parts += (header, record, struct.pack("<I", _masked_crc(record)))
-    start += n
+  n = len(lengths)
+  ends = np.cumsum(lengths).tolist()
+  records = [blob[s:e] for s, e in zip([0] + ends[:-1], ends)]
+  footers = _masked_crcs(
+      np.fromiter(map(google_crc32c.value, records), np.uint32, n)
+  ).astype("<u4").tobytes()
+  headers = {}
+  for size in set(lengths.tolist()):
+    packed = struct.pack("<Q", size)
+    headers[size] = packed + _masked_crcs(
+        [google_crc32c.value(packed)]).astype("<u4").tobytes()
+  parts = [None] * (3 * n)
+  parts[0::3] = [headers[size] for size in lengths.tolist()]
+  parts[1::3] = records
+  parts[2::3] = [footers[i:i + 4] for i in range(0, 4 * n, 4)]
   return b"".join(parts)
 
 

@@ -273,3 +273,25 @@ def test_inconsistent_options_name_the_flag(field, value, message):
   options = instances.InstanceOptions(**kwargs)
   with pytest.raises(ValueError, match=message):
     options.validate()
+
+
+def test_predicted_positions_are_a_uniform_subset_of_the_candidates():
+  # 30,000 rows of [CLS] A(4) [SEP] B(6) [SEP] pad, 3 predictions each: every
+  # candidate position is chosen with probability 3/10, every pair 1/15.
+  n, length = 30000, 14
+  options = instances.InstanceOptions(
+      vocab_size=99, cls_id=2, sep_id=3, mask_id=4, max_seq_length=length,
+      max_predictions_per_seq=5)
+  candidate = np.zeros((n, length), bool)
+  candidate[:, 1:5] = candidate[:, 6:12] = True
+  rng = np.random.default_rng(3)
+  positions = instances._choose_positions(  # pylint: disable=protected-access
+      candidate, np.full(n, 3), rng, options, None)
+  assert np.all(positions[:, 3:] == length)
+  chosen = positions[:, :3]
+  assert np.all(np.diff(chosen, axis=1) > 0)
+  counts = np.bincount(chosen.ravel(), minlength=length) / n
+  np.testing.assert_allclose(counts[candidate[0]], 0.3, atol=0.012)
+  assert counts[~candidate[0]].sum() == 0
+  pair = np.mean((chosen == 1).any(axis=1) & (chosen == 11).any(axis=1))
+  assert abs(pair - 1 / 15) < 0.006

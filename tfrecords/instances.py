@@ -211,44 +211,46 @@ def _segments(window, options, dupe, out):
     target = max_num_tokens
     if uniform() < options.short_seq_prob:
       target = randint(2, max_num_tokens)
-    chunk_start = i = first
-    while i < end:
-      if i == end - 1 or cum[i + 1] - cum[chunk_start] >= target:
-        n_chunk = i - chunk_start + 1
-        a_end = chunk_start + (1 if n_chunk == 1 else randint(1, n_chunk - 1))
-        a_start, a_len = cum[chunk_start], cum[a_end] - cum[chunk_start]
-        if n_chunk == 1 or uniform() < 0.5:
-          is_random = 1
-          for _ in range(10):
-            r = randint(0, n_docs - 1)
-            if r != d:
-              break
-          j = doc_first[r] + randint(0, doc_end[r] - doc_first[r] - 1)
-          # Sentences j, j+1, ... of document r until B reaches its target.
-          k = bisect.bisect_left(cum, cum[j] + target - a_len, j + 1, doc_end[r])
-          b_start, b_len = cum[j], cum[k] - cum[j]
-          i = a_end - 1  # The unused sentences of the chunk go back.
-        else:
-          is_random = 0
-          b_start, b_len = cum[a_end], cum[i + 1] - cum[a_end]
-        excess = a_len + b_len - max_num_tokens
-        if excess > 0:
-          # The original drops one token at a time from the longer segment
-          # (B on ties), from the front or the back with probability 1/2.
-          gap = min(excess, abs(a_len - b_len))
-          cut_a = gap if a_len > b_len else 0
-          cut_b = gap - cut_a
-          cut_a += (excess - gap) // 2
-          cut_b += (excess - gap + 1) // 2
-          if cut_a:
-            a_start += bin(rnd.getrandbits(cut_a)).count("1")
-            a_len -= cut_a
-          if cut_b:
-            b_start += bin(rnd.getrandbits(cut_b)).count("1")
-            b_len -= cut_b
-        out.append((a_start, a_len, b_start, b_len, is_random))
-        chunk_start = i + 1
-      i += 1
+    chunk_start = first
+    while chunk_start < end:
+      # The chunk ends at the first sentence i that brings it to the target
+      # (or at the document's last): the original adds one at a time.
+      i = bisect.bisect_left(cum, cum[chunk_start] + target, chunk_start + 1,
+                             end) - 1
+      n_chunk = i - chunk_start + 1
+      a_end = chunk_start + (1 if n_chunk == 1 else randint(1, n_chunk - 1))
+      a_start, a_len = cum[chunk_start], cum[a_end] - cum[chunk_start]
+      if n_chunk == 1 or uniform() < 0.5:
+        is_random = 1
+        for _ in range(10):
+          r = randint(0, n_docs - 1)
+          if r != d:
+            break
+        j = doc_first[r] + randint(0, doc_end[r] - doc_first[r] - 1)
+        # Sentences j, j+1, ... of document r until B reaches its target.
+        k = bisect.bisect_left(cum, cum[j] + target - a_len, j + 1, doc_end[r])
+        b_start, b_len = cum[j], cum[k] - cum[j]
+        i = a_end - 1  # The unused sentences of the chunk go back.
+      else:
+        is_random = 0
+        b_start, b_len = cum[a_end], cum[i + 1] - cum[a_end]
+      excess = a_len + b_len - max_num_tokens
+      if excess > 0:
+        # The original drops one token at a time from the longer segment
+        # (B on ties), from the front or the back with probability 1/2.
+        gap = min(excess, abs(a_len - b_len))
+        cut_a = gap if a_len > b_len else 0
+        cut_b = gap - cut_a
+        cut_a += (excess - gap) // 2
+        cut_b += (excess - gap + 1) // 2
+        if cut_a:
+          a_start += bin(rnd.getrandbits(cut_a)).count("1")
+          a_len -= cut_a
+        if cut_b:
+          b_start += bin(rnd.getrandbits(cut_b)).count("1")
+          b_len -= cut_b
+      out.append((a_start, a_len, b_start, b_len, is_random))
+      chunk_start = i + 1
 
 
 def _assemble(window, spans, options):
@@ -275,23 +277,24 @@ def _choose_positions(candidate, num_to_predict, rng, options, ids):
   n, length = candidate.shape
   p = options.max_predictions_per_seq
   if not options.do_whole_word_mask:
-    # A uniformly random subset of k candidates: those holding the k
-    # smallest random keys (non-candidates get key 2, never chosen).
-    keys = np.where(candidate, rng.random((n, length), np.float32), 2.0)
-    smallest = np.argpartition(keys, p - 1, axis=1)[:, :p]  # unordered
-    by_key = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1)
-    smallest = np.take_along_axis(smallest, by_key, axis=1)
-    k = np.minimum(num_to_predict, candidate.sum(axis=1))
-    chosen = np.zeros((n, length), bool)
-    rows = np.arange(n)[:, None]
-    chosen[rows, np.where(np.arange(p)[None, :] < k[:, None], smallest, 0)] = True
-    chosen[:, 0] = False  # the padding above ([CLS] is never a candidate)
-    # Chosen columns, in order, packed to the left of each row.
-    slot = np.cumsum(chosen, axis=1) - 1
-    positions = np.full((n, p), length, np.int64)
-    r, c = np.nonzero(chosen)
-    positions[r, slot[r, c]] = c
-    return positions
+    # A uniformly random k-subset of the candidates, by Floyd's algorithm
+    # on all rows at once: step s draws t in [0, c - k + s] and takes t, or
+    # c - k + s when t was taken already. Candidates are positions
+    # 1..len(A) and len(A)+2..len(A)+len(B)+1, so index -> position is
+    # a shift past [CLS], and past the middle [SEP].
+    count = candidate.sum(axis=1)
+    a_len = np.argmin(candidate[:, 1:], axis=1)  # first non-candidate after [CLS]
+    k = np.minimum(num_to_predict, count)
+    chosen = np.full((n, p), length, np.int64)
+    uniform = rng.random((n, p))
+    for step in range(p):
+      top = count - k + step  # draw from [0, top]
+      t = np.minimum((uniform[:, step] * (top + 1)).astype(np.int64), top)
+      taken = (chosen[:, :step] == t[:, None]).any(axis=1)
+      chosen[:, step] = np.where(step < k, np.where(taken, top, t), length)
+    chosen.sort(axis=1)
+    return np.where(chosen < length,
+                    chosen + 1 + (chosen >= a_len[:, None]), length)
   # Whole words: a piece continues the word before it when it is a "##"
   # piece and the position before it is a candidate too (the original would
   # also glue a "##" piece after [SEP] to the word before [SEP]). Words are
