@@ -118,3 +118,11 @@ def test_learn_vocab_never_exceeds_the_size_asked_for():
                        "[SEP]", "[MASK]"]
   assert set(vocab[7:]) <= set(letters) | {"##" + c for c in letters}
   assert steps and all(size > 30 for _, _, size, _ in steps)
+
+
+def test_learn_vocab_on_a_corpus_rarer_than_the_minimum_count():
+  vocab = learn_vocab.learn_vocab({"hello": 3, "world": 2}, vocab_size=200,
+                                  num_unused=1)
+  assert vocab[:6] == ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert set("helowrd") <= set(vocab) and "##o" in vocab
+  assert len(vocab) == len(set(vocab)) <= 200

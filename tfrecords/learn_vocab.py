@@ -105,12 +105,16 @@ def learn_vocab(word_counts, vocab_size, num_unused=99, progress=None):
   words = learner.filter_input_words(
       words, learner.get_allowed_chars(words, params.max_unique_chars),
       params.max_input_tokens)
-  best, smallest = None, None
-  for step in range(1, 64):
+  # A corpus whose most frequent word is rarer than the minimum count: one
+  # pass at that highest count (characters and little more).
+  lower = min(lower, upper)
+  best, smallest, step = None, None, 0
+  while lower <= upper:
     # Bisect in log space: the vocab size falls roughly as a power of the
     # threshold, so this takes about half the steps of the learner's own
     # arithmetic bisection (the vocab learned at a threshold is the same).
     threshold = int(math.sqrt(upper * lower))
+    step += 1
     start = time.time()
     vocab = learner.learn_with_thresh(words, threshold, params)
     if progress:
@@ -119,8 +123,7 @@ def learn_vocab(word_counts, vocab_size, num_unused=99, progress=None):
       best = vocab
     if smallest is None or len(vocab) < len(smallest):
       smallest = vocab
-    if (vocab_size * (1 - params.slack_ratio) <= len(vocab) <= vocab_size
-        or lower >= upper or threshold <= 1):
+    if vocab_size * (1 - params.slack_ratio) <= len(vocab) <= vocab_size:
       break
     if len(vocab) > vocab_size:
       lower = threshold + 1
