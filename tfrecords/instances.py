@@ -36,6 +36,8 @@ from official_bert import features
 # A window needs at least this many documents before it may close, so the
 # random next segment almost always comes from another document.
 MIN_WINDOW_DOCUMENTS = 16
+# Instances assembled, masked and serialized at a time in a worker.
+BATCH = 2048
 # Seed stream tags (the dupe index is the third seed word for building).
 _SHUFFLE, _MASK, _BUILD = 0, 1, 2
 
@@ -325,17 +327,35 @@ def _choose_positions(candidate, num_to_predict, rng, options, ids):
   return positions
 
 
-def build_instances(window, options):
-  """All dupe passes over a window -> features.Instances, shuffled."""
+def instance_batches(window, options):
+  """All dupe passes over a window, shuffled -> features.Instances batches.
+
+  Spans come first for the whole window; assembling and masking then go in
+  batches of BATCH instances (one random stream, so the batch size does not
+  change the result), which bounds a worker's memory and keeps arrays small.
+  """
   spans = []
   for dupe in range(options.dupe_factor):
     _segments(window, options, dupe, spans)
   spans = np.asarray(spans, np.int64).reshape(-1, 5)
   shuffle = np.random.default_rng(_seed(options, window.index, _SHUFFLE))
   spans = spans[shuffle.permutation(len(spans))]
-  ids, segment_ids, input_mask, candidate = _assemble(window, spans, options)
-
   rng = np.random.default_rng(_seed(options, window.index, _MASK))
+  for start in range(0, len(spans), BATCH):
+    yield _masked(window, spans[start:start + BATCH], options, rng)
+
+
+def build_instances(window, options):
+  """All of a window's instances as one features.Instances."""
+  batches = list(instance_batches(window, options))
+  return features.Instances(**{
+      f.name: np.concatenate([getattr(b, f.name) for b in batches])
+      for f in dataclasses.fields(features.Instances)})
+
+
+def _masked(window, spans, options, rng):
+  """Spans -> finished Instances: assembled, then masked."""
+  ids, segment_ids, input_mask, candidate = _assemble(window, spans, options)
   n_tokens = input_mask.sum(axis=1)
   num_to_predict = np.minimum(
       options.max_predictions_per_seq,
@@ -380,12 +400,15 @@ def process_window(window, options, framed=False):
   bytes of a TFRecord file holding them (record i then takes lengths[i] + 16
   bytes).
   """
-  instances = build_instances(window, options)
-  blob, lengths = features.serialize_examples(instances)
-  if framed:
-    blob = features.frame_records(blob, lengths)
+  blobs, lengths, random_next = [], [], 0
+  for batch in instance_batches(window, options):
+    blob, batch_lengths = features.serialize_examples(batch)
+    blobs.append(features.frame_records(blob, batch_lengths) if framed else blob)
+    lengths.append(batch_lengths)
+    random_next += int(batch.next_sentence_labels.sum())
+  blob, lengths = b"".join(blobs), np.concatenate(lengths)
   return WindowResult(
       index=window.index, blob=blob, lengths=lengths,
       documents=len(window.document_sizes),
       sentences=len(window.sentence_lengths), tokens=len(window.tokens),
-      random_next=int(instances.next_sentence_labels.sum()))
+      random_next=random_next)
