@@ -331,8 +331,9 @@ def instance_batches(window, options):
   """All dupe passes over a window, shuffled -> features.Instances batches.
 
   Spans come first for the whole window; assembling and masking then go in
-  batches of BATCH instances (one random stream, so the batch size does not
-  change the result), which bounds a worker's memory and keeps arrays small.
+  batches of BATCH instances (a constant: the masking stream is drawn batch
+  by batch, so BATCH is part of what fixes the output), which bounds a
+  worker's memory and keeps arrays small.
   """
   spans = []
   for dupe in range(options.dupe_factor):
