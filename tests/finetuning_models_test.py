@@ -79,6 +79,20 @@ def test_fine_tuned_checkpoint_round_trip_and_init_from_pretrainer(tmp_path):
                              model.encoder(x)["sequence_output"], atol=1e-6)
 
 
+def test_keras_config_and_file_round_trip(tmp_path):
+  keras.utils.set_random_seed(6)
+  model = finetuning_models.BertTokenClassifier.from_bert_config(
+      testing.tiny_config(), num_classes=4, dropout_rate=0.2)
+  again = finetuning_models.BertTokenClassifier.from_config(model.get_config())
+  assert (again.num_classes, again.dropout_rate) == (4, 0.2)
+  assert again.encoder.bert_config == testing.tiny_config()
+  model.save(str(tmp_path / "tagger.keras"))
+  loaded = keras.models.load_model(str(tmp_path / "tagger.keras"))
+  x = testing.random_inputs()
+  np.testing.assert_allclose(loaded(x, training=False), model(x, training=False),
+                             atol=1e-6)
+
+
 def test_mixed_precision_heads_return_float32():
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
