@@ -137,7 +137,7 @@ def test_span_and_token_heads_overfit_a_handful_of_examples():
       testing.tiny_config(**NO_DROPOUT))
   starts, ends = np.array([1, 2, 3, 4]), np.array([5, 4, 6, 5])
   _fit(span, x, {"start_logits": starts, "end_logits": ends},
-       sparse, steps=60)
+       sparse, steps=40)
   out = span(x, training=False)
   np.testing.assert_array_equal(np.argmax(out["start_logits"], -1), starts)
   np.testing.assert_array_equal(np.argmax(out["end_logits"], -1), ends)
@@ -145,7 +145,7 @@ def test_span_and_token_heads_overfit_a_handful_of_examples():
   tagger = finetuning_models.BertTokenClassifier.from_bert_config(
       testing.tiny_config(**NO_DROPOUT), num_classes=3)
   tags = np.random.default_rng(5).integers(0, 3, size=(4, 9)) * x["input_mask"]
-  _fit(tagger, x, tags, sparse, steps=80)
+  _fit(tagger, x, tags, sparse, steps=50)
   predicted = np.argmax(tagger(x, training=False), -1)
   real = x["input_mask"] == 1
   accuracy = (predicted[real] == tags[real]).mean()
