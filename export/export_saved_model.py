@@ -43,7 +43,9 @@ def main(argv):
         FLAGS.export_dir, FLAGS.bert_config_file, FLAGS.init_checkpoint,
         FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
         seq_length=FLAGS.max_seq_length, text_pair=FLAGS.text_pair,
-        version=FLAGS.version)
+        version=FLAGS.version,
+        log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
+                                  flush=True))
   except ValueError as e:
     # One sentence naming the file or flag, not a traceback or the usage.
     print(f"export_saved_model: error: {e}", file=sys.stderr, flush=True)

@@ -25,11 +25,13 @@ from export import tfhub_modules
 
 
 def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,
-                 do_lower_case=True, seq_length=tfhub_modules.DEFAULT_SEQ_LENGTH):
+                 do_lower_case=True, seq_length=tfhub_modules.DEFAULT_SEQ_LENGTH,
+                 log=None):
   """Writes `<export_dir>/encoder` and `<export_dir>/preprocessor`.
 
   Returns:
-    (encoder_path, preprocessor_path, has_mlm).
+    (encoder_path, preprocessor_path, has_mlm). `log(message)`, when given,
+    is told about each step.
   Raises:
     ValueError: bad config/checkpoint/vocab, or an existing output.
   """
@@ -39,6 +41,8 @@ def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,
     if os.path.exists(path):
       raise ValueError(f"{path} already exists; remove it or pass another "
                        "--export_dir")
+  log = log or (lambda message: None)
+  log(f"restoring {init_checkpoint}")
   encoder, mlm_head = saved_model_io.load_pretrained(
       bert_config_file, init_checkpoint)
   saved_model_io.check_vocab(vocab_file, encoder.vocab_size)
@@ -46,11 +50,16 @@ def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,
     raise ValueError(f"--seq_length={seq_length} exceeds the model's "
                      f"max_position_embeddings="
                      f"{encoder.max_position_embeddings}")
+  log("tracing the encoder (training=True/False" +
+      (", .mlm)" if mlm_head is not None else ")"))
   module = tfhub_modules.EncoderModule(encoder, vocab_file, do_lower_case,
                                        mlm_head)
+  log(f"writing {encoder_path}")
   saved_model_io.atomic_save(module, encoder_path)
+  log("tracing the preprocessor")
   preprocessor = tfhub_modules.PreprocessorModule(vocab_file, do_lower_case,
                                                   seq_length)
+  log(f"writing {preprocessor_path}")
   saved_model_io.atomic_save(preprocessor, preprocessor_path)
   return encoder_path, preprocessor_path, mlm_head is not None
 
@@ -65,7 +74,9 @@ def main(argv):
   try:
     encoder_path, preprocessor_path, has_mlm = export_tfhub(
         FLAGS.bert_config_file, FLAGS.init_checkpoint, FLAGS.vocab_file,
-        FLAGS.export_dir, FLAGS.do_lower_case, FLAGS.seq_length)
+        FLAGS.export_dir, FLAGS.do_lower_case, FLAGS.seq_length,
+        log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
+                                  flush=True))
   except ValueError as e:
     # One sentence naming the file or flag, not a traceback or the usage.
     print(f"export_tfhub: error: {e}", file=sys.stderr, flush=True)
