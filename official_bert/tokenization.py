@@ -123,22 +123,25 @@ class FullTokenizer(tf.Module):
     self.do_lower_case = bool(do_lower_case)
     # Python-side lookups only; a SavedModel gets the file through the asset.
     self._vocab = tuple(vocab)
-    token_to_id = {}
-    for i, token in enumerate(vocab):
-      token_to_id.setdefault(token, i)  # First occurrence wins.
-    self._token_to_id = token_to_id
+    # As the original: a token listed twice has its last line's id.
+    self._token_to_id = {token: i for i, token in enumerate(vocab)}
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         self._token_to_id[token] for token in SPECIAL_TOKENS)
+    # FastWordpiece needs unique, non-empty tokens: the lines that lose
+    # (earlier duplicates, blank lines) become "\x01<line>", which no word can
+    # contain (control characters are dropped before splitting).
+    unique = [token if token and self._token_to_id[token] == i else f"\x01{i}"
+              for i, token in enumerate(vocab)]
     # Both WordPiece tries are built here and embedded in the graph as
     # constants. The exact path limits word length in characters itself.
     self._wordpiece_words = tf_text.FastWordpieceTokenizer(
-        vocab=vocab, max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 4,
+        vocab=unique, max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 4,
         token_out_type=tf.int64, unknown_token="[UNK]",
         no_pretokenization=True)
     # End-to-end (splits on whitespace and punctuation itself, as step 3 for
     # ASCII text, where bytes are characters).
     self._wordpiece_ascii = tf_text.FastWordpieceTokenizer(
-        vocab=vocab, max_bytes_per_word=MAX_CHARS_PER_WORD,
+        vocab=unique, max_bytes_per_word=MAX_CHARS_PER_WORD,
         token_out_type=tf.int64, unknown_token="[UNK]",
         no_pretokenization=False)
     # Which ids start a word: all but the "##" continuations.

@@ -133,6 +133,18 @@ def test_bad_vocab_files_raise_one_sentence(tmp_path, content, message):
     assert "[MASK]" in text
 
 
+def test_duplicate_and_blank_vocab_lines_keep_the_original_ids(tmp_path):
+  # As the original's dict: a repeated token has its last line's id; a blank
+  # line still takes an id.
+  path = tmp_path / "vocab.txt"
+  path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nab\n\nab\n##c\n")
+  tokenizer = tokenization.FullTokenizer(str(path))
+  texts = ["ab abc", "abé \x01ab"]
+  assert tokenizer.tokenize(tf.constant(texts)).to_list() == [[7, 7, 8], [1, 7]]
+  assert tokenizer.tokenize_exact(tf.constant(texts)).to_list() == [[7, 7, 8], [1, 7]]
+  assert tokenizer.convert_tokens_to_ids(["ab", ""]) == [7, 6]
+
+
 def test_invalid_utf8_bytes_are_dropped(uncased):
   # As the original's decode("utf-8", "ignore").
   assert uncased.tokenize(tf.constant([b"a\xffb", b"\xc3"])).to_list() == [
