@@ -1,6 +1,6 @@
 r"""FullTokenizer throughput on a corpus, and its agreement with Hugging Face.
 
-  python benchmarks/tokenization_benchmark.py \
+  python -m benchmarks.tokenization_benchmark \
       --corpus=../shared/data/pydocs_corpus.txt \
       --vocab_file=../shared/data/bert_uncased_vocab.txt
 

@@ -12,7 +12,7 @@ Output layout, as google-research/bert's vocab files:
 With the default --num_unused=99 the special ids equal BERT's released
 vocabularies ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103).
 
-  python tfrecords/learn_vocab.py --input_file='corpus/*.txt' \
+  python -m tfrecords.learn_vocab --input_file='corpus/*.txt' \
       --output_file=vocab.txt --vocab_size=30522 --do_lower_case=True
 
 --vocab_size is an upper bound that includes the special tokens; the learner
