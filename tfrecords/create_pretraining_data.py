@@ -27,6 +27,7 @@ Usage:
 import collections
 import dataclasses
 import gzip
+import importlib
 import json
 import multiprocessing
 import os
@@ -211,7 +212,9 @@ def _start_workers(num_workers):
   try:
     main.__dict__.pop("__file__", None)
     main.__spec__ = None
-    return multiprocessing.get_context("spawn").Pool(num_workers)
+    # Workers import the instance code while the main process imports TF.
+    return multiprocessing.get_context("spawn").Pool(
+        num_workers, importlib.import_module, ("tfrecords.instances",))
   finally:
     main.__dict__.pop("__spec__", None)
     main.__dict__.update(saved)
