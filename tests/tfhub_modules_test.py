@@ -174,6 +174,17 @@ def test_hub_keras_layer_fine_tunes(exported):
   assert np.abs(classifier(texts, training=True) -
                 classifier(texts, training=True)).max() > 1e-4
   classifier.fit(texts, labels, epochs=1, batch_size=4, verbose=0)
+  # The tutorial's sentence-pair recipe: tokenize and bert_pack_inputs as
+  # layers, seq_length passed as a layer argument.
+  loaded = hub.load(exported["preprocessor"])
+  tokenize = hub.KerasLayer(loaded.tokenize)
+  pack = hub.KerasLayer(loaded.bert_pack_inputs,
+                        arguments={"seq_length": 6})
+  packed = pack([tokenize(tf.constant(["a good movie"])),
+                 tokenize(tf.constant(["bad"]))])
+  vocab = open(VOCAB).read().splitlines()
+  assert [vocab[i] for i in packed["input_word_ids"][0]] == [
+      "[CLS]", "a", "good", "[SEP]", "bad", "[SEP]"]
   changed = [np.abs(b - w.numpy()).max() > 0
              for b, w in zip(before, encoder.trainable_weights)]
   assert all(changed)
