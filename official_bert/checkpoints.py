@@ -23,7 +23,7 @@ def resolve(path):
     if latest is None:
       raise ValueError(f"checkpoint directory {path} holds no checkpoint "
                        "(no 'checkpoint' index file); pass a checkpoint prefix "
-                       "such as {path}/ckpt-1000")
+                       f"such as {path}/ckpt-1000")
     return latest
   if not tf.io.gfile.exists(path + ".index"):
     raise ValueError(f"checkpoint {path} not found: expected {path}.index "
