@@ -154,10 +154,12 @@ def main(argv):
   start = time.time()
   try:
     input_files = documents.expand_inputs(FLAGS.input_file)
-    vocab = tokenization.load_vocab(FLAGS.vocab_file)
+    tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file,
+                                           FLAGS.do_lower_case)
+    vocab = tokenizer.vocab
     options = instances.InstanceOptions(
-        vocab_size=len(vocab), cls_id=vocab.index("[CLS]"),
-        sep_id=vocab.index("[SEP]"), mask_id=vocab.index("[MASK]"),
+        vocab_size=len(vocab), cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id,
         max_seq_length=FLAGS.max_seq_length,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob,
