@@ -41,11 +41,11 @@ flags.DEFINE_integer("max_documents", None,
                      "Use only the first N documents of the default corpus "
                      "(a quicker run).")
 flags.DEFINE_integer("vocab_size", 8000, "WordPiece vocabulary size to learn.")
-flags.DEFINE_integer("max_seq_length", 128, "Sequence length of the data.")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
+flags.DEFINE_integer("max_seq_length", 64, "Sequence length of the data.")
+flags.DEFINE_integer("max_predictions_per_seq", 10,
                      "Masked positions per sequence.")
 flags.DEFINE_integer("dupe_factor", 5, "Maskings of each document.")
-flags.DEFINE_integer("num_train_steps", 1500, "Pretraining steps.")
+flags.DEFINE_integer("num_train_steps", 2000, "Pretraining steps.")
 flags.DEFINE_integer("train_batch_size", 32, "Pretraining batch size.")
 flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (tiny model).")
 flags.DEFINE_string("model", "L2_H128_A2",
