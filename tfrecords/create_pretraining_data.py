@@ -42,6 +42,7 @@ import numpy as np
 from official_bert import features
 from tfrecords import documents
 from tfrecords import instances
+from tfrecords import job_flags
 
 # Instances decoded to tokens in the log, as the original's first examples.
 LOGGED_EXAMPLES = 3
@@ -297,41 +298,6 @@ class _Done:
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("input_file", None,
-                    "Input raw text file (or comma-separated list of files/globs).")
-flags.DEFINE_string("output_file", None,
-                    "Output TF example file (or comma-separated list of files).")
-flags.DEFINE_string("vocab_file", None,
-                    "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_bool("do_lower_case", True,
-                  "Whether to lower case the input text. Should be True for "
-                  "uncased models and False for cased models.")
-flags.DEFINE_bool("do_whole_word_mask", False,
-                  "Whether to use whole word masking rather than per-WordPiece masking.")
-flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
-flags.DEFINE_integer("dupe_factor", 10,
-                     "Number of times to duplicate the input data (with different masks).")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
-flags.DEFINE_float("short_seq_prob", 0.1,
-                   "Probability of creating sequences which are shorter than the "
-                   "maximum length.")
-# New in this implementation.
-flags.DEFINE_integer("num_workers", None,
-                     "Processes that build instances (default: all cores; 0 = "
-                     "in the main process). Does not change the output.")
-flags.DEFINE_integer("num_output_shards", 1,
-                     "Split each --output_file into this many shards named "
-                     "NAME-00000-of-0000N (instances go round-robin).")
-flags.DEFINE_enum("compression", "none", ["none", "GZIP"],
-                  "Compression of the output TFRecord files.")
-flags.DEFINE_integer("window_tokens", 1 << 18,
-                     "Documents are processed in windows of about this many "
-                     "tokens (at least 16 documents); the random next segment "
-                     "comes from the same window. Changes the output.")
-
 
 def main(argv):
   if len(argv) > 1:
@@ -382,4 +348,13 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  job_flags.define_flags(
+      output_file_help="Output TF example file (or comma-separated list of "
+      "files).",
+      num_output_shards_help="Split each --output_file into this many shards "
+      "named NAME-00000-of-0000N (instances go round-robin).")
+  flags.adopt_module_key_flags(job_flags)  # listed by --help
+  flags.DEFINE_integer("num_workers", None,
+                       "Processes that build instances (default: all cores; 0 "
+                       "= in the main process). Does not change the output.")
   app.run(main)

@@ -36,6 +36,7 @@ import numpy as np
 from official_bert import features
 from tfrecords import documents
 from tfrecords import instances
+from tfrecords import job_flags
 
 _COUNTERS = "create_pretraining_data"
 
@@ -103,36 +104,6 @@ def build_pipeline(pipeline, input_files, output_prefix, vocab_file, options,
 
 
 FLAGS = flags.FLAGS
-
-flags.DEFINE_string("input_file", None,
-                    "Input raw text file (or comma-separated list of files/globs).")
-flags.DEFINE_string("output_file", None,
-                    "Output prefix: shards are named PREFIX-00000-of-0000N.")
-flags.DEFINE_string("vocab_file", None,
-                    "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_bool("do_lower_case", True,
-                  "Whether to lower case the input text. Should be True for "
-                  "uncased models and False for cased models.")
-flags.DEFINE_bool("do_whole_word_mask", False,
-                  "Whether to use whole word masking rather than per-WordPiece masking.")
-flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
-flags.DEFINE_integer("dupe_factor", 10,
-                     "Number of times to duplicate the input data (with different masks).")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
-flags.DEFINE_float("short_seq_prob", 0.1,
-                   "Probability of creating sequences which are shorter than the "
-                   "maximum length.")
-flags.DEFINE_integer("num_output_shards", 1, "Number of output shards.")
-flags.DEFINE_enum("compression", "none", ["none", "GZIP"],
-                  "Compression of the output TFRecord files.")
-flags.DEFINE_integer("window_tokens", 1 << 18,
-                     "Documents are processed in windows of about this many "
-                     "tokens (at least 16 documents); the random next segment "
-                     "comes from the same window. Changes the output.")
-flags.DEFINE_string("runner", "DirectRunner", "The Beam runner.")
 
 
 def _fail(message):
@@ -203,4 +174,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  job_flags.define_flags(
+      output_file_help="Output prefix: shards are named PREFIX-00000-of-0000N.",
+      num_output_shards_help="Number of output shards.")
+  flags.adopt_module_key_flags(job_flags)  # listed by --help
+  flags.DEFINE_string("runner", "DirectRunner", "The Beam runner.")
   app.run(main)
