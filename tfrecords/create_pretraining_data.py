@@ -165,28 +165,12 @@ def _progress(start, reader, stats):
         f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s", file=sys.stderr, flush=True)
 
 
-def _options(config, tokenizer=None):
-  """InstanceOptions from the config (vocab facts from the tokenizer)."""
-  vocab = tokenizer.vocab if tokenizer else ["[PAD]"]
-  return instances.InstanceOptions(
-      vocab_size=len(vocab), cls_id=tokenizer.cls_id if tokenizer else 0,
-      sep_id=tokenizer.sep_id if tokenizer else 0,
-      mask_id=tokenizer.mask_id if tokenizer else 0,
-      max_seq_length=config.max_seq_length,
-      max_predictions_per_seq=config.max_predictions_per_seq,
-      masked_lm_prob=config.masked_lm_prob,
-      short_seq_prob=config.short_seq_prob, dupe_factor=config.dupe_factor,
-      random_seed=config.random_seed,
-      do_whole_word_mask=config.do_whole_word_mask,
-      continuation=np.array([t.startswith("##") for t in vocab]))
-
-
 def create_pretraining_data(config):
   """Runs the job; returns a dict of counts. Raises InputError on bad input."""
   start = time.time()
   # Flags first: a bad one fails in a second, before TensorFlow is imported.
   try:
-    _options(config).validate()
+    instances.InstanceOptions.from_flags(None, config).validate()
   except ValueError as e:
     raise InputError(str(e)) from None
   # Workers start first (spawned: fork after importing TF is unsafe), so
@@ -227,7 +211,7 @@ def _run(config, pool, start):
     tokenizer = tokenization.FullTokenizer(config.vocab_file, config.do_lower_case)
   except ValueError as e:
     raise InputError(str(e)) from None
-  options = _options(config, tokenizer)
+  options = instances.InstanceOptions.from_flags(tokenizer, config)
   reader = documents.Reader(config.input_files)
   windower = instances.Windower(config.window_tokens)
   stats = collections.Counter()

@@ -31,7 +31,6 @@ from absl import flags
 from absl import logging
 import apache_beam as beam
 from apache_beam.options import pipeline_options
-import numpy as np
 
 from official_bert import features
 from tfrecords import documents
@@ -127,17 +126,7 @@ def main(argv):
     input_files = documents.expand_inputs(FLAGS.input_file)
     tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file,
                                            FLAGS.do_lower_case)
-    vocab = tokenizer.vocab
-    options = instances.InstanceOptions(
-        vocab_size=len(vocab), cls_id=tokenizer.cls_id,
-        sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id,
-        max_seq_length=FLAGS.max_seq_length,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        masked_lm_prob=FLAGS.masked_lm_prob,
-        short_seq_prob=FLAGS.short_seq_prob, dupe_factor=FLAGS.dupe_factor,
-        random_seed=FLAGS.random_seed,
-        do_whole_word_mask=FLAGS.do_whole_word_mask,
-        continuation=np.array([t.startswith("##") for t in vocab]))
+    options = instances.InstanceOptions.from_flags(tokenizer, FLAGS)
     options.validate()
   except ValueError as e:
     _fail(str(e))

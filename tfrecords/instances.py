@@ -59,6 +59,24 @@ class InstanceOptions:
   # bool [vocab_size]: the id is a "##" continuation piece (whole-word mask).
   continuation: np.ndarray = None
 
+  @classmethod
+  def from_flags(cls, tokenizer, values):
+    """Options from the job's flag values and the vocab facts of `tokenizer`.
+
+    Args:
+      tokenizer: a `FullTokenizer`, or None for placeholder vocab facts
+        (enough to validate the flags before the vocab is loaded).
+      values: any object with the `FLAG_FIELDS` attributes (absl FLAGS, a
+        job config).
+    """
+    vocab = tokenizer.vocab if tokenizer else ["[PAD]"]
+    return cls(
+        vocab_size=len(vocab), cls_id=tokenizer.cls_id if tokenizer else 0,
+        sep_id=tokenizer.sep_id if tokenizer else 0,
+        mask_id=tokenizer.mask_id if tokenizer else 0,
+        continuation=np.array([t.startswith("##") for t in vocab]),
+        **{name: getattr(values, name) for name in FLAG_FIELDS})
+
   def validate(self):
     """Raises ValueError naming the flag and its value when inconsistent."""
     checks = [
@@ -79,6 +97,12 @@ class InstanceOptions:
         raise ValueError(f"--{flag}={value} {rule}.")
     if self.do_whole_word_mask and self.continuation is None:
       raise ValueError("do_whole_word_mask needs the vocab's continuation table.")
+
+
+# The original's flags that InstanceOptions holds, by the same names.
+FLAG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
+               "short_seq_prob", "dupe_factor", "random_seed",
+               "do_whole_word_mask")
 
 
 @dataclasses.dataclass
