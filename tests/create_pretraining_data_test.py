@@ -13,16 +13,8 @@ from tfrecords import instances
 
 L, P = 64, 9  # max_seq_length, max_predictions_per_seq of these tests
 
-# The original reader's spec (google-research/bert run_pretraining.py).
-ORIGINAL_SPEC = {
-    "input_ids": tf.io.FixedLenFeature([L], tf.int64),
-    "input_mask": tf.io.FixedLenFeature([L], tf.int64),
-    "segment_ids": tf.io.FixedLenFeature([L], tf.int64),
-    "masked_lm_positions": tf.io.FixedLenFeature([P], tf.int64),
-    "masked_lm_ids": tf.io.FixedLenFeature([P], tf.int64),
-    "masked_lm_weights": tf.io.FixedLenFeature([P], tf.float32),
-    "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-}
+# The original reader's spec, independent of features.feature_spec.
+ORIGINAL_SPEC = testing.original_feature_spec(L, P)
 
 
 @pytest.fixture(scope="module")

@@ -5,21 +5,13 @@ import pytest
 import tensorflow as tf
 
 from official_bert import features
+from tests import testing
 
 # All-different sizes: 3 instances, max_seq_length 7, max_predictions 5.
 N, L, P = 3, 7, 5
 
-# The original reader's spec (google-research/bert run_pretraining.py),
-# written out here independently of features.feature_spec.
-ORIGINAL_SPEC = {
-    "input_ids": tf.io.FixedLenFeature([L], tf.int64),
-    "input_mask": tf.io.FixedLenFeature([L], tf.int64),
-    "segment_ids": tf.io.FixedLenFeature([L], tf.int64),
-    "masked_lm_positions": tf.io.FixedLenFeature([P], tf.int64),
-    "masked_lm_ids": tf.io.FixedLenFeature([P], tf.int64),
-    "masked_lm_weights": tf.io.FixedLenFeature([P], tf.float32),
-    "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-}
+# The original reader's spec, independent of features.feature_spec.
+ORIGINAL_SPEC = testing.original_feature_spec(L, P)
 
 
 def _instances(seed=0, top=30522):

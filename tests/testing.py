@@ -65,3 +65,18 @@ def run_cli(args, timeout=600, env=None, check=True):
         f"command failed ({proc.returncode}): {' '.join(args)}\n"
         f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
   return proc
+
+
+def original_feature_spec(seq, preds):
+  """google-research/bert run_pretraining.py's reader spec, written out
+  independently of official_bert.features (so tests compare against it)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return {
+      "input_ids": tf.io.FixedLenFeature([seq], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq], tf.int64),
+      "masked_lm_positions": tf.io.FixedLenFeature([preds], tf.int64),
+      "masked_lm_ids": tf.io.FixedLenFeature([preds], tf.int64),
+      "masked_lm_weights": tf.io.FixedLenFeature([preds], tf.float32),
+      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+  }
