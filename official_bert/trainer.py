@@ -40,6 +40,9 @@ and `rng` (dropout seed states): the project format of `checkpoints.py`. They ar
 written every `save_checkpoints_steps`, at the end, and after the current
 inner loop when the process gets SIGTERM. A rerun with the same output_dir
 resumes the step, the optimizer slots (and so the learning-rate schedule).
+SIGTERM reaching only one worker of a multi-worker job stops them all: at each
+loop boundary the workers sum their SIGTERM flags (one small all-reduce), so
+all save the same checkpoint and return together.
 A non-finite loss stops training with `NonFiniteLossError`, leaving the last
 good checkpoint as the latest.
 """
@@ -151,6 +154,7 @@ class Trainer:
         self.checkpoint, self._checkpoint_dir,
         max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
     self._terminate = False
+    self._terminate_sum = None  # a tf.function, built on first use
 
   # ------------------------------------------------------- checkpoints ----
   def restore_or_init(self, init_fn=None):
@@ -331,15 +335,18 @@ class Trainer:
           for key, value in metrics.items():
             tf.summary.scalar(key, value)
         writer.flush()
-      if step % config.save_checkpoints_steps == 0 or (
-          step >= config.num_train_steps):
+      # Every worker takes the same decision here: a save is collective.
+      terminate = self._any_worker_terminating()
+      finished = step >= config.num_train_steps
+      if step % config.save_checkpoints_steps == 0 or finished or terminate:
         path = self.save()
         if self.is_chief:
           self.log(f"Saved checkpoint {path}")
-      if self._terminate:
-        path = self.save()
-        self.log(f"SIGTERM: saved checkpoint {path} at step {step}; rerun "
-                 "with the same --output_dir to resume.")
+      if terminate and not finished:
+        self.log(f"SIGTERM: saved checkpoint "
+                 f"{os.path.join(config.output_dir, f'ckpt-{step}')} at step "
+                 f"{step}{'' if self._terminate else ' (signal on another worker)'}"
+                 "; rerun with the same --output_dir to resume.")
         return TrainResult(step=step, metrics=metrics, preempted=True,
                            history=history)
     return TrainResult(step=step, metrics=metrics, history=history)
@@ -374,6 +381,31 @@ class Trainer:
       return None
     return tf.summary.create_file_writer(
         os.path.join(self.config.output_dir, name))
+
+  def _any_worker_terminating(self):
+    """True when any worker got SIGTERM (each worker asks at the same step).
+
+    A signal reaches one machine of a multi-worker job (a preempted VM):
+    that worker alone would start a checkpoint save the others never join,
+    and hang. So the local flags are summed over all replicas of all
+    workers, and all of them save and stop at the same loop boundary.
+    """
+    if self.strategy.num_replicas_in_sync == 1:
+      return self._terminate
+    if self._terminate_sum is None:
+      strategy = self.strategy
+
+      @tf.function(autograph=False)
+      def terminate_sum(flag):
+        def replica_fn(flag):
+          # identity: a copy on this replica's device (the reduction needs one)
+          return tf.distribute.get_replica_context().all_reduce(
+              tf.distribute.ReduceOp.SUM, tf.identity(flag))
+        return strategy.experimental_local_results(
+            strategy.run(replica_fn, args=(flag,)))[0]
+      self._terminate_sum = terminate_sum
+    flag = tf.constant(1.0 if self._terminate else 0.0)
+    return float(self._terminate_sum(flag)) > 0
 
   def _install_sigterm(self):
     def handler(signum, frame):  # pylint: disable=unused-argument

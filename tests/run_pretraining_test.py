@@ -203,3 +203,66 @@ def test_end_to_end_on_real_text(tmp_path):
   assert float(results["masked_lm_accuracy"]) > 0.9 * baseline, (
       results, baseline)
   assert float(results["masked_lm_loss"]) < 7.0  # ln(30522) = 10.3 at start
+
+
+def _start_workers(setup, output_dir, **flags):
+  """Two MultiWorkerMirroredStrategy worker processes on localhost."""
+  workers = [f"localhost:{_free_port()}" for _ in range(2)]
+  procs = []
+  for index in range(2):
+    tf_config = json.dumps({"cluster": {"worker": workers},
+                            "task": {"type": "worker", "index": index}})
+    procs.append(_popen(
+        _flags(setup, output_dir, distribution_strategy="multi_worker_mirrored",
+               **flags), env={"TF_CONFIG": tf_config}))
+  return procs
+
+
+def _wait_all(procs, timeout):
+  """(stdout, stderr) of each process; kills all of them if one hangs."""
+  deadline = time.time() + timeout
+  try:
+    return [p.communicate(timeout=max(1, deadline - time.time()))
+            for p in procs]
+  except subprocess.TimeoutExpired:
+    for p in procs:
+      p.kill()
+    outputs = [p.communicate() for p in procs]
+    pytest.fail(f"workers still running after {timeout} s (hung in a "
+                f"collective?): {[err[-1500:] for _, err in outputs]}")
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_stops_both_at_the_same_checkpoint(setup,
+                                                                 tmp_path):
+  """A preempted machine: SIGTERM reaches worker 1 only. Both workers agree
+  at the next loop boundary, save the same checkpoint and exit 0; a rerun
+  of both resumes from it. Without the agreement worker 1 saves alone and
+  worker 0 waits forever in the next step's all-reduce."""
+  output_dir = tmp_path / "out"
+  procs = _start_workers(setup, output_dir, num_train_steps=100000)
+  deadline = time.time() + 300
+  while not (output_dir / "checkpoint").exists():
+    for p in procs:
+      assert p.poll() is None, p.communicate()[1][-3000:]
+    assert time.time() < deadline
+    time.sleep(0.05)
+  procs[1].send_signal(signal.SIGTERM)
+  results = _wait_all(procs, timeout=120)
+  for proc, (out, err) in zip(procs, results):
+    assert proc.returncode == 0, err[-3000:]
+    assert "Trained steps" not in out
+  saved = [line for out, _ in results for line in out.splitlines()
+           if line.startswith("SIGTERM: saved checkpoint")]
+  assert len(saved) == 2 and "(signal on another worker)" in saved[0], saved
+  step = int(tf.train.latest_checkpoint(str(output_dir)).rsplit("-", 1)[1])
+  assert 2 <= step < 100000
+  assert all(f"ckpt-{step} at step {step}" in line for line in saved), saved
+  assert not [n for n in os.listdir(output_dir) if n.startswith(".worker")]
+  assert int(_weights(output_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"]) == step
+
+  procs = _start_workers(setup, output_dir, num_train_steps=step + 2)
+  for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
+    assert proc.returncode == 0, err[-3000:]
+    assert f"at step {step}" in out and f"Trained steps {step}..{step + 2}" in out
+  assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{step + 2}")
