@@ -9,17 +9,35 @@ any of them:
 
     checkpoints.restore_encoder(encoder, "/path/to/output_dir")  # latest
     checkpoints.restore_encoder(encoder, "/path/to/ckpt-1000")   # a prefix
+
+The restore functions also read google-research/bert's own TF1 checkpoints
+(`bert_model.ckpt`, variables named `bert/encoder/layer_0/...`) directly,
+through the rename table of `checkpoint_names.py`; `convert_checkpoint.py`
+turns one into the project format once, for tools that only resolve paths.
 """
 
 import os
 
 import tensorflow as tf
 
+from official_bert import checkpoint_names
+
+# Optimizer state and bookkeeping in original checkpoints: not weights.
+ORIGINAL_SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "global_step",
+                             "_CHECKPOINTABLE_OBJECT_GRAPH")
+
 
 def resolve(path):
-  """A checkpoint prefix for `path`: a prefix itself or a directory's latest."""
+  """A checkpoint prefix for `path`: a prefix itself or a directory's latest.
+
+  A directory without a `checkpoint` index file resolves to the
+  `bert_model.ckpt` in it (google-research/bert's released model folders).
+  """
   if tf.io.gfile.isdir(path):
     latest = tf.train.latest_checkpoint(path)
+    released = os.path.join(path, "bert_model.ckpt")
+    if latest is None and tf.io.gfile.exists(released + ".index"):
+      return released
     if latest is None:
       raise ValueError(f"checkpoint directory {path} holds no checkpoint "
                        "(no 'checkpoint' index file); pass a checkpoint prefix "
@@ -50,6 +68,9 @@ def restore_encoder(encoder, path):
   mismatch raises one ValueError naming the checkpoint.
   """
   prefix = resolve(path)
+  if is_original(prefix):
+    _assign_original(encoder, prefix)
+    return prefix
   reader = tf.train.load_checkpoint(prefix)
   names = reader.get_variable_to_shape_map()
   if any(name.startswith("model/encoder/") for name in names):
@@ -69,6 +90,9 @@ def restore_encoder(encoder, path):
 def restore_model(model, path):
   """Restores all of `model` (e.g. a BertPretrainer) from a checkpoint."""
   prefix = resolve(path)
+  if is_original(prefix):
+    _assign_original(model, prefix)
+    return prefix
   try:
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()
@@ -77,6 +101,38 @@ def restore_model(model, path):
     raise ValueError(f"checkpoint {prefix} does not match the model "
                      f"(check bert_config_file): {_first_line(e)}") from None
   return prefix
+
+
+def is_original(prefix):
+  """True for a google-research/bert TF1 checkpoint (original variable names)."""
+  names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+  return "bert/embeddings/word_embeddings" in names
+
+
+def read_original(prefix):
+  """A TF1 checkpoint's weights keyed by original name, and the names skipped.
+
+  Returns `(arrays, ignored)`; `ignored` lists the Adam slots and the step.
+  """
+  reader = tf.train.load_checkpoint(prefix)
+  arrays, ignored = {}, []
+  for name in sorted(reader.get_variable_to_shape_map()):
+    if name.endswith(ORIGINAL_SKIPPED_SUFFIXES):
+      ignored.append(name)
+    else:
+      arrays[name] = reader.get_tensor(name)
+  return arrays, ignored
+
+
+def _assign_original(model, prefix):
+  """Loads an original TF1 checkpoint into `model` (encoder or pretrainer).
+
+  Tensors the model has no variable for (the heads, for an encoder) are
+  left unused; a missing or mis-shaped one raises `ValueError`.
+  """
+  arrays, _ = read_original(prefix)
+  checkpoint_names.assign_original(
+      model, arrays, f"TF1 checkpoint {prefix} (original variable names)")
 
 
 def _first_line(error):

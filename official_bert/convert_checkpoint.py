@@ -36,9 +36,6 @@ from official_bert import checkpoints
 from official_bert import configs
 from official_bert import pretrainer as pretrainer_lib
 
-# Optimizer state and bookkeeping in original checkpoints: not weights.
-_SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "global_step",
-                     "_CHECKPOINTABLE_OBJECT_GRAPH")
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 PREFIX_NAME = "bert_model.ckpt"
 
@@ -77,13 +74,7 @@ def read_tf1_checkpoint(path, bert_config_file=None, vocab_file=None):
   bert_config_file = bert_config_file or os.path.join(directory,
                                                       "bert_config.json")
   config = configs.BertConfig.from_json_file(bert_config_file)
-  reader = tf.train.load_checkpoint(prefix)
-  arrays, ignored = {}, []
-  for name in sorted(reader.get_variable_to_shape_map()):
-    if name.endswith(_SKIPPED_SUFFIXES):
-      ignored.append(name)
-    else:
-      arrays[name] = reader.get_tensor(name)
+  arrays, ignored = checkpoints.read_original(prefix)
   return Source("tf1", prefix, config, arrays, ignored,
                 _existing(vocab_file, os.path.join(directory, "vocab.txt")))
 

@@ -65,27 +65,6 @@ def _hf_dir(hf_model, path, safetensors=True):
   return str(path)
 
 
-def write_tf1_checkpoint(directory, arrays, config):
-  """A checkpoint as google-research/bert's run_pretraining.py writes one:
-  tf.compat.v1 variables under the original names, Adam slots, global_step."""
-  os.makedirs(directory, exist_ok=True)
-  with tf.Graph().as_default():
-    variables = []
-    for name, value in arrays.items():
-      variables.append(tf.compat.v1.get_variable(
-          name, initializer=tf.constant(value)))
-      for slot in ("adam_m", "adam_v"):
-        variables.append(tf.compat.v1.get_variable(
-            f"{name}/{slot}", initializer=tf.zeros_like(value)))
-    tf.compat.v1.train.get_or_create_global_step()
-    saver = tf.compat.v1.train.Saver()
-    with tf.compat.v1.Session() as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      saver.save(session, os.path.join(directory, "bert_model.ckpt"))
-  config.to_json_file(os.path.join(directory, "bert_config.json"))
-  return os.path.join(directory, "bert_model.ckpt")
-
-
 def _assert_same_numbers(output_dir, reference):
   x, ref = reference
   config = configs.BertConfig.from_json_file(
@@ -119,7 +98,7 @@ def test_tf1_checkpoint_with_original_names_gives_the_same_numbers(
   state = {k: v.detach().numpy() for k, v in hf_model.state_dict().items()}
   arrays, _ = checkpoint_names.from_hf_state_dict(state)
   assert arrays["cls/seq_relationship/output_weights"].shape == (2, 32)
-  prefix = write_tf1_checkpoint(str(tmp_path / "tf1"), arrays,
+  prefix = testing.write_tf1_checkpoint(str(tmp_path / "tf1"), arrays,
                                 testing.tiny_config())
   names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
   assert "bert/encoder/layer_1/attention/self/query/kernel" in names
@@ -128,6 +107,13 @@ def test_tf1_checkpoint_with_original_names_gives_the_same_numbers(
   assert result.unused == [] and result.num_tensors == len(arrays)
   assert "global_step" in result.source.ignored
   _assert_same_numbers(str(tmp_path / "out"), reference)
+  # --init_checkpoint of run_classifier / extract_features reads it directly.
+  x, ref = reference
+  encoder = pretrainer_lib.BertPretrainer.from_bert_config(
+      testing.tiny_config()).encoder
+  checkpoints.restore_encoder(encoder, str(tmp_path / "tf1"))
+  np.testing.assert_allclose(encoder(x, training=False)["sequence_output"],
+                             ref["sequence_output"], atol=ATOL)
 
 
 def test_pytorch_bin_and_bert_model_without_prefix(hf_model, reference,
@@ -159,7 +145,7 @@ def test_config_mismatch_is_one_sentence_cli_error(hf_model, tmp_path):
   state = {k: v.detach().numpy() for k, v in hf_model.state_dict().items()}
   arrays, _ = checkpoint_names.from_hf_state_dict(state)
   arrays["cls/extra/unknown"] = np.zeros(3, np.float32)
-  prefix = write_tf1_checkpoint(str(tmp_path / "tf1"), arrays,
+  prefix = testing.write_tf1_checkpoint(str(tmp_path / "tf1"), arrays,
                                 testing.tiny_config())
   wrong = tmp_path / "wrong_config.json"
   testing.tiny_config(intermediate_size=41, num_hidden_layers=3).to_json_file(

@@ -80,3 +80,26 @@ def original_feature_spec(seq, preds):
       "masked_lm_weights": tf.io.FixedLenFeature([preds], tf.float32),
       "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
   }
+
+
+def write_tf1_checkpoint(directory, arrays, config):
+  """A checkpoint as google-research/bert's run_pretraining.py writes one:
+  tf.compat.v1 variables under the original names, Adam slots, global_step.
+  `arrays` maps original names to numpy arrays; returns the prefix."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory, exist_ok=True)
+  with tf.Graph().as_default():
+    variables = []
+    for name, value in arrays.items():
+      variables.append(tf.compat.v1.get_variable(
+          name, initializer=tf.constant(value)))
+      for slot in ("adam_m", "adam_v"):
+        variables.append(tf.compat.v1.get_variable(
+            f"{name}/{slot}", initializer=tf.zeros_like(value)))
+    tf.compat.v1.train.get_or_create_global_step()
+    saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      saver.save(session, os.path.join(directory, "bert_model.ckpt"))
+  config.to_json_file(os.path.join(directory, "bert_config.json"))
+  return os.path.join(directory, "bert_model.ckpt")
