@@ -35,7 +35,8 @@ flags.DEFINE_string("output_dir", None,
 flags.DEFINE_string("init_checkpoint", None,
                     "Warm-start the weights (not the optimizer or step) from "
                     "this checkpoint prefix or directory, e.g. phase 1 for "
-                    "phase 2. Ignored when output_dir holds a checkpoint.")
+                    "phase 2, or google-research/bert's bert_model.ckpt. "
+                    "Ignored when output_dir holds a checkpoint.")
 flags.DEFINE_integer("max_seq_length", 128,
                      "Sequence length of the TFRecords (must match the data).")
 flags.DEFINE_integer("max_predictions_per_seq", 20,
@@ -190,6 +191,12 @@ def main(argv):
                                      FLAGS.max_predictions_per_seq)
   except ValueError as e:
     raise app.UsageError(str(e))
+  if FLAGS.init_checkpoint and not tf.train.latest_checkpoint(
+      FLAGS.output_dir):  # it will be used (not resuming): it must exist
+    try:
+      checkpoints.resolve(FLAGS.init_checkpoint)
+    except ValueError as e:
+      raise app.UsageError(f"--init_checkpoint: {e}")
   replicas = strategy.num_replicas_in_sync
   micro = replicas * FLAGS.gradient_accumulation_steps
   if FLAGS.do_train and FLAGS.train_batch_size % micro:
@@ -237,7 +244,10 @@ def main(argv):
         prefix = checkpoints.restore_model(model, FLAGS.init_checkpoint)
       except ValueError as e:
         raise app.UsageError(f"--init_checkpoint: {e}")
-      print(f"Warm-started the weights from {prefix}", flush=True)
+      kind = (" (a TF1 checkpoint with the original variable names)"
+              if checkpoints.is_original(prefix) else "")
+      print(f"Warm-started the weights from {prefix}{kind}; step 0, fresh "
+            "optimizer", flush=True)
 
   start = trainer.restore_or_init(init_fn=warm_start)
   step = start

@@ -1,5 +1,6 @@
 """Tests for official_bert/run_pretraining.py as a real command-line program."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,6 +30,31 @@ def setup(tmp_path_factory):
   config = root / "bert_config.json"
   testing.tiny_config().to_json_file(str(config))
   return root
+
+
+@pytest.fixture(scope="module")
+def short_runs(setup):
+  """Two 8-step CLI runs, in parallel, on data whose masked tokens are all
+  id 7 (learnable in a few steps): LAMB in mixed_bfloat16 and AdamW in
+  mixed_float16 (dynamic loss scaling). Returns {name: (output_dir, stdout)}."""
+  data = setup / "skewed"
+  data.mkdir()
+  rows = input_pipeline_test.make_instances(24, seed=3)
+  input_pipeline_test.write_records(data / "skewed.tfrecord", dataclasses.replace(
+      rows, masked_lm_ids=np.full_like(rows.masked_lm_ids, 7)))
+  runs = {"lamb_bf16": dict(optimizer="lamb", mixed_precision="mixed_bfloat16",
+                            learning_rate=0.05),
+          "adamw_fp16": dict(optimizer="adamw", mixed_precision="mixed_float16",
+                             learning_rate=2e-3)}
+  procs = {name: _popen(_flags(setup, data / name, num_warmup_steps=0,
+                               input_file=data / "skewed.tfrecord", **flags))
+           for name, flags in runs.items()}
+  outputs = {}
+  for name, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    outputs[name] = (data / name, out)
+  return outputs
 
 
 def _flags(setup, output_dir, **overrides):
@@ -127,30 +153,6 @@ def _free_port():
     return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_worker_processes_train_with_multi_worker_mirrored(setup,
-                                                               tmp_path):
-  workers = [f"localhost:{_free_port()}" for _ in range(2)]
-  output_dir = tmp_path / "out"
-  procs = []
-  for index in range(2):
-    tf_config = json.dumps({"cluster": {"worker": workers},
-                            "task": {"type": "worker", "index": index}})
-    procs.append(_popen(
-        _flags(setup, output_dir, distribution_strategy="multi_worker_mirrored",
-               num_train_steps=4) + ["--do_eval", "--max_eval_steps=3"],
-        env={"TF_CONFIG": tf_config}))
-  results = [p.communicate(timeout=400) for p in procs]
-  for proc, (out, err) in zip(procs, results):
-    assert proc.returncode == 0, err[-3000:]
-    assert "2 replicas (multi_worker_mirrored)" in out
-    assert "Trained steps 0..4" in out
-  assert tf.train.latest_checkpoint(str(output_dir)).endswith("ckpt-4")
-  assert not [n for n in os.listdir(output_dir) if n.startswith(".worker")]
-  assert json.load(open(output_dir / "flags.json"))["num_replicas"] == 2
-  assert "masked_lm_accuracy = " in (output_dir / "eval_results.txt").read_text()
-
-
 def _unigram_baseline(path, seq, preds):
   """Accuracy of always predicting the most frequent masked token."""
   from official_bert import input_pipeline  # pylint: disable=g-import-not-at-top
@@ -205,7 +207,7 @@ def test_end_to_end_on_real_text(tmp_path):
   assert float(results["masked_lm_loss"]) < 7.0  # ln(30522) = 10.3 at start
 
 
-def _start_workers(setup, output_dir, **flags):
+def _start_workers(setup, output_dir, extra=(), **flags):
   """Two MultiWorkerMirroredStrategy worker processes on localhost."""
   workers = [f"localhost:{_free_port()}" for _ in range(2)]
   procs = []
@@ -214,7 +216,7 @@ def _start_workers(setup, output_dir, **flags):
                             "task": {"type": "worker", "index": index}})
     procs.append(_popen(
         _flags(setup, output_dir, distribution_strategy="multi_worker_mirrored",
-               **flags), env={"TF_CONFIG": tf_config}))
+               **flags) + list(extra), env={"TF_CONFIG": tf_config}))
   return procs
 
 
@@ -233,12 +235,13 @@ def _wait_all(procs, timeout):
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_worker_stops_both_at_the_same_checkpoint(setup,
-                                                                 tmp_path):
-  """A preempted machine: SIGTERM reaches worker 1 only. Both workers agree
-  at the next loop boundary, save the same checkpoint and exit 0; a rerun
-  of both resumes from it. Without the agreement worker 1 saves alone and
-  worker 0 waits forever in the next step's all-reduce."""
+def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
+                                                                   tmp_path):
+  """Two MultiWorkerMirroredStrategy processes on localhost train; then a
+  preempted machine: SIGTERM reaches worker 1 only. Both workers agree at the
+  next loop boundary, save the same checkpoint and exit 0 (without the
+  agreement worker 1 saves and leaves alone, and worker 0 fails or waits in
+  the next step's all-reduce). A rerun of both resumes, trains and evaluates."""
   output_dir = tmp_path / "out"
   procs = _start_workers(setup, output_dir, num_train_steps=100000)
   deadline = time.time() + 300
@@ -251,6 +254,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_checkpoint(setup,
   results = _wait_all(procs, timeout=120)
   for proc, (out, err) in zip(procs, results):
     assert proc.returncode == 0, err[-3000:]
+    assert "2 replicas (multi_worker_mirrored)" in out
     assert "Trained steps" not in out
   saved = [line for out, _ in results for line in out.splitlines()
            if line.startswith("SIGTERM: saved checkpoint")]
@@ -258,11 +262,102 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_checkpoint(setup,
   step = int(tf.train.latest_checkpoint(str(output_dir)).rsplit("-", 1)[1])
   assert 2 <= step < 100000
   assert all(f"ckpt-{step} at step {step}" in line for line in saved), saved
-  assert not [n for n in os.listdir(output_dir) if n.startswith(".worker")]
   assert int(_weights(output_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"]) == step
 
-  procs = _start_workers(setup, output_dir, num_train_steps=step + 2)
+  procs = _start_workers(setup, output_dir, num_train_steps=step + 2,
+                         extra=["--do_eval", "--max_eval_steps=3"])
   for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
     assert proc.returncode == 0, err[-3000:]
     assert f"at step {step}" in out and f"Trained steps {step}..{step + 2}" in out
   assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{step + 2}")
+  assert not [n for n in os.listdir(output_dir) if n.startswith(".worker")]
+  assert json.load(open(output_dir / "flags.json"))["num_replicas"] == 2
+  assert "masked_lm_accuracy = " in (output_dir / "eval_results.txt").read_text()
+
+
+def _logged(stdout, key):
+  """The value of `key` on each progress line."""
+  return [float(line.split(f" {key} ")[1].split()[0])
+          for line in stdout.splitlines() if line.startswith("step ")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,precision", [("lamb_bf16", "mixed_bfloat16"),
+                                            ("adamw_fp16", "mixed_float16")])
+def test_lamb_and_mixed_precision_train(short_runs, name, precision):
+  output_dir, out = short_runs[name]
+  assert f", {precision}, " in out
+  losses = _logged(out, "masked_lm_loss")
+  assert len(losses) == 4 and np.all(np.isfinite(_logged(out, "loss")))
+  # ln(99) = 4.6 at the start; learning the one masked token brings it down.
+  assert losses[-1] < losses[0] - 0.3, out
+  assert _logged(out, "masked_lm_accuracy")[-1] == 1.0, out
+  weights = _weights(output_dir)
+  assert int(weights["step/.ATTRIBUTES/VARIABLE_VALUE"]) == 8
+  assert all(np.all(np.isfinite(w)) for w in weights.values())
+
+
+@pytest.mark.slow
+def test_init_checkpoint_warm_starts_phase2_from_phase1_and_tf1(
+    setup, short_runs, tmp_path):
+  """Phase 1 (seq 7, 3 predictions: the LAMB run) -> phase 2 at seq 12 with
+  5 predictions in a new output_dir, from phase 1's directory and from the
+  same weights as a google-research/bert TF1 checkpoint. Learning rate 0, so
+  phase 2's checkpoint must hold exactly phase 1's weights, at step 2 of a
+  fresh optimizer. A rerun of phase 2 resumes its own checkpoint."""
+  from official_bert import checkpoint_names  # pylint: disable=g-import-not-at-top
+  from official_bert import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  phase1 = short_runs["lamb_bf16"][0]
+  input_pipeline_test.write_records(
+      tmp_path / "long.tfrecord",
+      input_pipeline_test.make_instances(16, seq=12, preds=5, seed=4))
+  # The released layout: bert_model.ckpt.* with original names, no
+  # `checkpoint` index file.
+  model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
+  checkpoints.restore_model(model, str(phase1))
+  arrays = {name: variable.numpy().T if transpose else variable.numpy()
+            for name, (variable, transpose) in
+            checkpoint_names.original_names(model).items()}
+  testing.write_tf1_checkpoint(str(tmp_path / "uncased_L-2_H-32"), arrays,
+                               testing.tiny_config())
+  os.remove(tmp_path / "uncased_L-2_H-32" / "checkpoint")
+
+  def phase2(name, init, **overrides):
+    return _popen(_flags(
+        setup, tmp_path / name, input_file=tmp_path / "long.tfrecord",
+        max_seq_length=12, max_predictions_per_seq=5, num_train_steps=2,
+        num_warmup_steps=0, learning_rate=0, init_checkpoint=init,
+        **overrides))
+
+  procs = {"from_phase1": phase2("from_phase1", phase1),
+           "from_tf1": phase2("from_tf1", tmp_path / "uncased_L-2_H-32"),
+           "bad": phase2("bad", tmp_path / "nowhere" / "ckpt-8")}
+  results = {name: proc.communicate(timeout=300)
+             for name, proc in procs.items()}
+  out, err = results.pop("bad")
+  assert procs.pop("bad").returncode != 0 and "Traceback" not in err
+  assert (f"--init_checkpoint: checkpoint {tmp_path}/nowhere/ckpt-8 not found"
+          in err.strip().splitlines()[-1]), err[-2000:]
+  assert not os.path.exists(tmp_path / "bad" / "flags.json")
+
+  want = {k: v for k, v in _weights(phase1).items() if k.startswith("model/")}
+  assert len(want) > 40
+  for name, (out, err) in results.items():
+    assert procs[name].returncode == 0, err[-3000:]
+    assert "Warm-started the weights from" in out and "Trained steps 0..2" in out
+    got = _weights(tmp_path / name)
+    assert int(got["step/.ATTRIBUTES/VARIABLE_VALUE"]) == 2
+    # Phase 1 ran 8 updates: a restored optimizer would be at 10.
+    assert int(got["optimizer/variables/0/.ATTRIBUTES/VARIABLE_VALUE"]) == 2
+    for key, value in want.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=(name, key))
+  assert "TF1 checkpoint with the original variable names" in (
+      results["from_tf1"][0])
+
+  rerun = testing.run_cli(_flags(
+      setup, tmp_path / "from_phase1", input_file=tmp_path / "long.tfrecord",
+      max_seq_length=12, max_predictions_per_seq=5, num_train_steps=4,
+      num_warmup_steps=0, learning_rate=0, init_checkpoint=phase1))
+  assert "Warm-started" not in rerun.stdout
+  assert "at step 2" in rerun.stdout and "Trained steps 2..4" in rerun.stdout
