@@ -54,3 +54,36 @@ def test_hyperparameters_and_loss_scaling():
   assert isinstance(scaled.inner_optimizer, keras.optimizers.Lamb)
   with pytest.raises(ValueError, match="adamw"):
     optimization.create_optimizer("sgd", 1e-4, 100)
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+def test_weight_decay_on_bert_follows_the_original_exclusions(name):
+  """On every BertPretrainer weight, by its original name: google-research/
+  bert decays all but those matching "LayerNorm", "layer_norm" or "bias"."""
+  import re  # pylint: disable=g-import-not-at-top
+  from official_bert import checkpoint_names  # pylint: disable=g-import-not-at-top
+  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  from tests import testing  # pylint: disable=g-import-not-at-top
+  model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
+  table = checkpoint_names.original_names(model)
+  variables = model.trainable_variables
+  assert len(table) == len(variables)  # every weight has an original name
+  before = {id(v): np.array(v) + 0.5 for v in variables}  # biases not 0
+  for v in variables:
+    v.assign(before[id(v)])
+  optimizer = optimization.create_optimizer(
+      name, learning_rate=0.1, num_train_steps=10, weight_decay=0.5)
+  # Zero gradients: Adam/LAMB moves nothing, only decoupled decay acts.
+  optimizer.apply([np.zeros(v.shape, "float32") for v in variables], variables)
+  decayed = 0
+  for original, (variable, _) in table.items():
+    if re.search("LayerNorm|layer_norm|bias", original):
+      np.testing.assert_array_equal(variable, before[id(variable)],
+                                    err_msg=original)
+    else:
+      np.testing.assert_allclose(variable, before[id(variable)] * 0.95,
+                                 rtol=1e-6, err_msg=original)
+      decayed += 1
+  # word/position/token-type embeddings, 6 kernels per layer, pooler,
+  # MLM transform, NSP weights.
+  assert decayed == 3 + 6 * testing.LAYERS + 3
