@@ -131,8 +131,10 @@ def _assign_original(model, prefix):
   left unused; a missing or mis-shaped one raises `ValueError`.
   """
   arrays, _ = read_original(prefix)
-  checkpoint_names.assign_original(
-      model, arrays, f"TF1 checkpoint {prefix} (original variable names)")
+  try:
+    checkpoint_names.assign_original(model, arrays, "the TF1 checkpoint")
+  except ValueError as e:
+    raise ValueError(f"{prefix}: {e} (check bert_config_file)") from None
 
 
 def _first_line(error):

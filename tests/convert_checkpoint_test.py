@@ -3,6 +3,7 @@ pytorch_model.bin) and a TF1 checkpoint with google-research/bert's variable
 names convert to the same numbers (1e-5); mismatches are one clear error."""
 
 import os
+import re
 import shutil
 
 import numpy as np
@@ -114,6 +115,13 @@ def test_tf1_checkpoint_with_original_names_gives_the_same_numbers(
   checkpoints.restore_encoder(encoder, str(tmp_path / "tf1"))
   np.testing.assert_allclose(encoder(x, training=False)["sequence_output"],
                              ref["sequence_output"], atol=ATOL)
+  wrong = pretrainer_lib.BertPretrainer.from_bert_config(
+      testing.tiny_config(intermediate_size=41))
+  with pytest.raises(ValueError, match=re.escape(
+      f"{prefix}: the TF1 checkpoint does not match the model config: shape "
+      "mismatches: bert/encoder/layer_0/intermediate/dense/kernel: the TF1 "
+      "checkpoint has (32, 37), model expects (32, 41)")):
+    checkpoints.restore_model(wrong, prefix)
 
 
 def test_pytorch_bin_and_bert_model_without_prefix(hf_model, reference,
