@@ -68,7 +68,7 @@ def test_weight_decay_on_bert_follows_the_original_exclusions(name):
   table = checkpoint_names.original_names(model)
   variables = model.trainable_variables
   assert len(table) == len(variables)  # every weight has an original name
-  before = {id(v): np.array(v) + 0.5 for v in variables}  # biases not 0
+  before = {id(v): v.numpy() + 0.5 for v in variables}  # biases not 0
   for v in variables:
     v.assign(before[id(v)])
   optimizer = optimization.create_optimizer(
