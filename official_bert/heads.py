@@ -58,9 +58,14 @@ class MaskedLMHead(keras.layers.Layer):
     gathered = ops.take_along_axis(sequence_output, positions[:, :, None],
                                    axis=1)
     x = self.layer_norm(self.dense(gathered))
-    # [B, P, H] x [V, H]^T -> [B, P, V], in float32.
+    # [B*P, H] x [V, H]^T -> [B, P, V], in float32. One 2-D matmul: a
+    # batched [B, P, H] x [H, V] product's gradient builds a [B, H, V]
+    # per-sequence copy of the table's gradient before summing it.
     table = ops.cast(self.embedding_table, self.compute_dtype)
-    logits = ops.einsum("bph,vh->bpv", x, table)
+    batch, num_positions = ops.shape(x)[0], ops.shape(x)[1]
+    logits = ops.matmul(ops.reshape(x, (-1, self.hidden_size)),
+                        ops.transpose(table))
+    logits = ops.reshape(logits, (batch, num_positions, self.vocab_size))
     return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
 
   def compute_output_shape(self, input_shape):
