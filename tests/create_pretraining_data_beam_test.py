@@ -1,6 +1,7 @@
 """The Beam pipeline on the DirectRunner: same records as the CLI job."""
 
 import glob
+import os
 
 import pytest
 import tensorflow as tf
@@ -54,7 +55,8 @@ def test_beam_cli_rejects_bad_input_with_one_sentence(tmp_path):
   empty.write_text("\n\n")
   proc = testing.run_cli(
       ["tfrecords/create_pretraining_data_beam.py", f"--input_file={empty}",
-       f"--output_file={tmp_path}/out", f"--vocab_file={testing.VOCAB}"],
+       f"--output_file={tmp_path}/out",
+       f"--vocab_file={os.path.join(testing.TESTDATA, 'export_vocab.txt')}"],
       check=False)
   assert proc.returncode == 1
   assert "No documents in --input_file" in proc.stderr

@@ -40,6 +40,8 @@ def _cli_flags(input_file, output_file, **extra):
 
 
 def _config(input_files, output_files, **extra):
+  if "vocab_file" not in extra:
+    testing.require_shared_data()
   kwargs = dict(input_files=input_files, output_files=output_files,
                 vocab_file=testing.VOCAB, max_seq_length=L,
                 max_predictions_per_seq=P, dupe_factor=2, window_tokens=3000)
