@@ -28,7 +28,9 @@ class SelfAttention(keras.layers.Layer):
     initializer_range: stddev of the truncated-normal initializer.
 
   Inputs: `(x, mask)`: x float [B, T, H], mask int/bool [B, T] (1 = real token).
-  Output: float [B, T, H] (before the residual and LayerNorm).
+    `query_positions` (optional, int [B, P]): compute the output at these
+    positions only; every position is still a key and a value.
+  Output: float [B, T, H] (or [B, P, H]), before the residual and LayerNorm.
 
   Example:
     >>> att = SelfAttention(hidden_size=32, num_attention_heads=4)
@@ -74,9 +76,14 @@ class SelfAttention(keras.layers.Layer):
     return ops.reshape(x, (batch, length, self.num_attention_heads,
                            self.head_size))
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, query_positions=None):
     x, mask = inputs
-    query = self._split_heads(self.query(x))
+    queries_from = x
+    if query_positions is not None:
+      # [B, T, H] gathered at [B, P] -> [B, P, H]
+      queries_from = ops.take_along_axis(
+          x, ops.cast(query_positions, "int32")[:, :, None], axis=1)
+    query = self._split_heads(self.query(queries_from))
     key = self._split_heads(self.key(x))
     value = self._split_heads(self.value(x))
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.
@@ -89,7 +96,7 @@ class SelfAttention(keras.layers.Layer):
     probs = self.dropout(probs, training=training)
     # [B, N, T, S] x [B, S, N, D] -> [B, T, N, D] -> [B, T, H]
     context = ops.einsum("bnts,bsnd->btnd", probs, value)
-    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    batch, length = ops.shape(query)[0], ops.shape(query)[1]
     context = ops.reshape(context, (batch, length, self.hidden_size))
     return self.output_dense(context)
 

@@ -38,6 +38,12 @@ class BertEncoder(keras.Model):
     `max_position_embeddings`.
   Outputs: dict `sequence_output` [B, T, H], `pooled_output` [B, H],
     `encoder_outputs` (list of L [B, T, H]), `default` (= pooled_output).
+
+  `output_positions` (optional int [B, P]): the positions a head will read,
+  e.g. the masked-LM positions. The last block then runs at those positions
+  and [CLS] only (all positions stay keys and values), and `sequence_output`
+  and the last of `encoder_outputs` are [B, P, H]: the full outputs gathered
+  at `output_positions`, at a fraction of the last block's cost.
   """
 
   def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12,
@@ -111,7 +117,7 @@ class BertEncoder(keras.Model):
     self.pooler.build((word_shape[0], self.hidden_size))
     self.built = True
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, output_positions=None):
     missing = [name for name in INPUT_NAMES if name not in inputs]
     if missing:
       raise ValueError(f"BertEncoder inputs lack {missing}; it takes a dict "
@@ -123,12 +129,24 @@ class BertEncoder(keras.Model):
       raise ValueError(f"sequence length {length} exceeds "
                        f"max_position_embeddings={self.max_position_embeddings}")
     x = self.embeddings((word_ids, inputs["input_type_ids"]), training=training)
+    blocks = self.encoder_layers
+    last_positions = None
+    if output_positions is not None:
+      # [B, P] -> [B, 1 + P]: the pooler's [CLS] position first.
+      output_positions = ops.cast(output_positions, "int32")
+      last_positions = ops.concatenate(
+          [ops.zeros_like(output_positions[:, :1]), output_positions], axis=1)
     layer_outputs = []
-    for block in self.encoder_layers:
-      x = block((x, mask), training=training)
+    for i, block in enumerate(blocks):
+      if i == len(blocks) - 1 and last_positions is not None:
+        x = block((x, mask), training=training, output_positions=last_positions)
+        cls, x = x[:, 0, :], x[:, 1:, :]
+      else:
+        x = block((x, mask), training=training)
+        cls = x[:, 0, :]
       layer_outputs.append(x)
-    # [B, T, H] -> [B, H]: the [CLS] position.
-    pooled = self.pooler(x[:, 0, :])
+    # [B, H]: the [CLS] position of the last block.
+    pooled = self.pooler(cls)
     return {"sequence_output": x, "pooled_output": pooled,
             "encoder_outputs": layer_outputs, "default": pooled}
 

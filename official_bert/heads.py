@@ -24,7 +24,9 @@ class MaskedLMHead(keras.layers.Layer):
     hidden_act: activation of the transform, a `bert_config.json` name.
     initializer_range: stddev of the truncated-normal initializer.
 
-  Inputs: `(sequence_output [B, T, H], masked_lm_positions int [B, P])`.
+  Inputs: `(sequence_output [B, T, H], masked_lm_positions int [B, P])`, or
+    the [B, P, H] output already at the masked positions (what
+    `BertEncoder(..., output_positions=masked_lm_positions)` returns).
   Output: float32 logits [B, P, V].
   """
 
@@ -52,11 +54,14 @@ class MaskedLMHead(keras.layers.Layer):
     self.built = True
 
   def call(self, inputs):
-    sequence_output, positions = inputs
-    # [B, T, H] gathered at [B, P] -> [B, P, H]
-    positions = ops.cast(positions, "int32")
-    gathered = ops.take_along_axis(sequence_output, positions[:, :, None],
-                                   axis=1)
+    if isinstance(inputs, (tuple, list)):
+      sequence_output, positions = inputs
+      # [B, T, H] gathered at [B, P] -> [B, P, H]
+      positions = ops.cast(positions, "int32")
+      gathered = ops.take_along_axis(sequence_output, positions[:, :, None],
+                                     axis=1)
+    else:
+      gathered = inputs
     x = self.layer_norm(self.dense(gathered))
     # [B*P, H] x [V, H]^T -> [B, P, V], in float32. One 2-D matmul: a
     # batched [B, P, H] x [H, V] product's gradient builds a [B, H, V]
@@ -69,7 +74,10 @@ class MaskedLMHead(keras.layers.Layer):
     return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
 
   def compute_output_shape(self, input_shape):
-    return tuple(input_shape[1]) + (self.vocab_size,)
+    if isinstance(input_shape, (tuple, list)) and isinstance(
+        input_shape[0], (tuple, list)):
+      return tuple(input_shape[1]) + (self.vocab_size,)
+    return tuple(input_shape[:-1]) + (self.vocab_size,)
 
   def get_config(self):
     # The embedding table is shared state, not config: whoever rebuilds this

@@ -73,9 +73,12 @@ class BertPretrainer(keras.Model):
 
   def call(self, inputs, training=None):
     encoder_inputs = {name: inputs[name] for name in encoder_lib.INPUT_NAMES}
-    outputs = self.encoder(encoder_inputs, training=training)
-    result = {"mlm_logits": self.cls_predictions(
-        (outputs["sequence_output"], inputs["masked_lm_positions"]))}
+    # The heads read only the masked positions and [CLS], so the last block
+    # runs there only (about 1/6 of its work at seq 128, 20 predictions);
+    # the logits equal those of the full sequence output gathered there.
+    outputs = self.encoder(encoder_inputs, training=training,
+                           output_positions=inputs["masked_lm_positions"])
+    result = {"mlm_logits": self.cls_predictions(outputs["sequence_output"])}
     if self.cls_seq_relationship is not None:
       result["next_sentence_logits"] = self.cls_seq_relationship(
           outputs["pooled_output"])
@@ -129,12 +132,19 @@ def pretraining_metric_counts(labels, outputs):
 
   Counts (not ratios) so replicas and steps can be summed before dividing.
   Masked-LM accuracy is weighted by `masked_lm_weights` (padding slots of
-  masked_lm_positions do not count), as the original's eval metric.
+  masked_lm_positions do not count), as the original's eval metric; a
+  prediction is correct when the label's logit is the largest.
   """
   weights = ops.cast(labels["masked_lm_weights"], "float32")
-  mlm_pred = ops.argmax(outputs["mlm_logits"], axis=-1)
-  mlm_hit = ops.cast(ops.equal(mlm_pred, ops.cast(labels["masked_lm_ids"],
-                                                  mlm_pred.dtype)), "float32")
+  # A hit is the label's logit being the maximum: argmax's answer (a tie with
+  # another id also counts), in one pass over the [B, P, V] logits. Keras'
+  # float argmax adds four passes (a negative-zero fix): ~7% of a BERT-Mini
+  # training step on CPU.
+  logits = outputs["mlm_logits"]
+  label_ids = ops.cast(labels["masked_lm_ids"], "int32")
+  label_logit = ops.take_along_axis(logits, label_ids[..., None], axis=-1)
+  mlm_hit = ops.cast(label_logit[..., 0] >= ops.max(logits, axis=-1),
+                     "float32")
   counts = {"masked_lm_correct": ops.sum(weights * mlm_hit),
             "masked_lm_total": ops.sum(weights)}
   if "next_sentence_logits" in outputs:

@@ -1,6 +1,7 @@
 """The post-LayerNorm Transformer block of BERT."""
 
 import keras
+from keras import ops
 
 from official_bert import activations
 from official_bert import attention
@@ -29,6 +30,9 @@ class TransformerBlock(keras.layers.Layer):
     initializer_range: stddev of the truncated-normal initializer.
 
   Inputs: `(x, mask)`: float [B, T, H], int [B, T]. Output: float [B, T, H].
+  With `output_positions` (int [B, P]) the block attends from those positions
+  only (to all of them) and returns [B, P, H]: equal to the full output
+  gathered there, for a fraction of the work when only P positions are read.
 
   Example:
     >>> block = TransformerBlock(32, 4, 37)
@@ -80,9 +84,14 @@ class TransformerBlock(keras.layers.Layer):
         self.hidden_dropout_prob, dtype=self.dtype_policy)
     self.built = True
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, output_positions=None):
     x, mask = inputs
-    attended = self.attention((x, mask), training=training)
+    attended = self.attention((x, mask), training=training,
+                              query_positions=output_positions)
+    if output_positions is not None:
+      # [B, T, H] -> [B, P, H]: the residual at the positions computed.
+      x = ops.take_along_axis(
+          x, ops.cast(output_positions, "int32")[:, :, None], axis=1)
     attended = self.attention_dropout(attended, training=training)
     x = self.attention_layer_norm(x + attended)
     # [B, T, H] -> [B, T, I] -> [B, T, H]

@@ -30,6 +30,37 @@ def test_output_names_and_shapes(encoder):
   np.testing.assert_allclose(out["pooled_output"], expected, atol=1e-6)
 
 
+def test_output_positions_equal_the_full_outputs_gathered(encoder):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  x = testing.random_inputs()
+  rng = np.random.default_rng(1)
+  positions = rng.integers(0, testing.SEQ, (testing.BATCH, 5)).astype(np.int32)
+  full = encoder(x)
+  part = encoder(x, output_positions=positions)
+  want = np.take_along_axis(np.asarray(full["sequence_output"]),
+                            positions[..., None], axis=1)
+  assert part["sequence_output"].shape == (testing.BATCH, 5, testing.HIDDEN)
+  np.testing.assert_allclose(part["sequence_output"], want, atol=1e-5)
+  np.testing.assert_allclose(part["pooled_output"], full["pooled_output"],
+                             atol=1e-6)
+  for got, ref in zip(part["encoder_outputs"][:-1], full["encoder_outputs"]):
+    np.testing.assert_array_equal(got, ref)
+  # The same gradients for every weight (inference mode: no dropout noise).
+  def grads(**kwargs):
+    with tf.GradientTape() as tape:
+      out = encoder(x, **kwargs)
+      seq = out["sequence_output"]
+      if "output_positions" not in kwargs:
+        seq = tf.gather(seq, positions, batch_dims=1)
+      loss = tf.reduce_sum(seq ** 2) + tf.reduce_sum(out["pooled_output"])
+    return tape.gradient(loss, encoder.trainable_variables)
+  for got, ref, var in zip(grads(output_positions=positions), grads(),
+                           encoder.trainable_variables):
+    np.testing.assert_allclose(tf.convert_to_tensor(got),
+                               tf.convert_to_tensor(ref), rtol=1e-4, atol=5e-5,
+                               err_msg=var.path)
+
+
 def test_any_length_up_to_max_positions(encoder):
   for length in (1, 5, 16):
     x = testing.random_inputs(seq=length, lengths=[length] * testing.BATCH)

@@ -84,8 +84,8 @@ def test_metric_counts(model):
   out = model(_inputs())
   predicted = np.argmax(out["mlm_logits"], -1)
   ids = predicted.copy()
-  ids[0, 0] += 1  # one real miss
-  ids[1, 3] += 1  # a miss on a padded slot: not counted
+  ids[0, 0] = (ids[0, 0] + 1) % testing.VOCAB_SIZE  # one real miss
+  ids[1, 3] = (ids[1, 3] + 1) % testing.VOCAB_SIZE  # padded slot: not counted
   nsp_pred = np.argmax(out["next_sentence_logits"], -1)
   nsp_labels = np.array([[nsp_pred[0]], [1 - nsp_pred[1]], [nsp_pred[2]]])
   labels = {"masked_lm_ids": ids, "masked_lm_weights": WEIGHTS,
