@@ -30,7 +30,8 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
   Args:
     bert_config_file: path of a `bert_config.json`.
     init_checkpoint: an official_bert checkpoint prefix or directory
-      (pretraining, converted, fine-tuned or plain encoder).
+      (pretraining, converted, fine-tuned or plain encoder), or
+      google-research/bert's TF1 `bert_model.ckpt` (or its release folder).
     with_mlm: also restore the masked-LM head when the checkpoint has one.
 
   Returns:
@@ -45,7 +46,10 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
   prefix = checkpoints.resolve(init_checkpoint)
   names = list(tf.train.load_checkpoint(prefix).get_variable_to_shape_map())
   _check_layer_count(names, config, prefix, bert_config_file)
-  has_mlm = any(n.startswith("model/cls_predictions/") for n in names)
+  # An official_bert pretraining checkpoint or google-research/bert's TF1
+  # bert_model.ckpt (original names) carries the masked-LM head.
+  has_mlm = ("cls/predictions/output_bias" in names or
+             any(n.startswith("model/cls_predictions/") for n in names))
   model = pretrainer_lib.BertPretrainer.from_bert_config(
       config, use_next_sentence=False)
   if with_mlm and has_mlm:

@@ -238,6 +238,28 @@ def test_load_pretrained_reads_a_fine_tuned_checkpoint(tmp_path):
       classifier.encoder(inputs)["pooled_output"])
 
 
+def test_load_pretrained_reads_an_original_tf1_checkpoint(exported, tmp_path):
+  from official_bert import checkpoint_names  # pylint: disable=g-import-not-at-top
+  model = exported["model"]
+  arrays = {name: variable.numpy().T if transpose else variable.numpy()
+            for name, (variable, transpose) in
+            checkpoint_names.original_names(model).items()}
+  release = tmp_path / "uncased_L-2_H-32"
+  testing.write_tf1_checkpoint(str(release), arrays, testing.tiny_config())
+  # The release folder, as downloaded: the exporters' --init_checkpoint.
+  encoder, mlm_head = saved_model_io.load_pretrained(
+      str(release / "bert_config.json"), str(release))
+  assert mlm_head is not None
+  inputs = testing.random_inputs()
+  np.testing.assert_allclose(
+      encoder(inputs)["sequence_output"],
+      model.encoder(inputs)["sequence_output"], atol=1e-6)
+  np.testing.assert_array_equal(mlm_head.output_bias.numpy(),
+                                model.cls_predictions.output_bias.numpy())
+  np.testing.assert_array_equal(mlm_head.dense.kernel.numpy(),
+                                model.cls_predictions.dense.kernel.numpy())
+
+
 def test_interrupted_export_leaves_no_complete_looking_directory(tmp_path):
   module = tf.Module()
   module.v = tf.Variable(1.0)
