@@ -29,7 +29,6 @@ probabilities out.
 
 import json
 import os
-import sys
 import time
 
 from absl import app
@@ -357,11 +356,8 @@ def main(argv):
       return data.batch(batch, drop_remainder=True).prefetch(2)
 
     t0 = time.time()
-    try:
-      result = trainer.train(train_fn, global_batch_size=FLAGS.train_batch_size)
-    except trainer_lib.NonFiniteLossError as e:
-      print(f"Error: {e}", file=sys.stderr)
-      sys.exit(1)
+    result = trainer.train_or_exit(train_fn,
+                                   global_batch_size=FLAGS.train_batch_size)
     step = result.step
     if result.preempted:
       return

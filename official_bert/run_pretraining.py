@@ -17,7 +17,6 @@ and, with --do_eval, eval_results.txt.
 
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -256,11 +255,8 @@ def main(argv):
         files, FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps,
         FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, is_training=True,
         seed=FLAGS.seed)
-    try:
-      result = trainer.train(train_fn, global_batch_size=FLAGS.train_batch_size)
-    except trainer_lib.NonFiniteLossError as e:
-      print(f"Error: {e}", file=sys.stderr)
-      sys.exit(1)
+    result = trainer.train_or_exit(train_fn,
+                                   global_batch_size=FLAGS.train_batch_size)
     step = result.step
     if result.preempted:
       return

@@ -155,6 +155,7 @@ class Trainer:
         max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
     self._terminate = False
     self._terminate_sum = None  # a tf.function, built on first use
+    self._train_loop = None  # a tf.function, built by the first train()
 
   # ------------------------------------------------------- checkpoints ----
   def restore_or_init(self, init_fn=None):
@@ -271,6 +272,15 @@ class Trainer:
     self._loss_keys, self._metric_keys = keys["loss"], keys["metric"]
 
   # ------------------------------------------------------------- train ----
+  def train_or_exit(self, dataset_fn, global_batch_size=None):
+    """`train` for command-line programs: a NaN/Inf loss is one line on
+    stderr and exit status 1 (the last good checkpoint stays)."""
+    try:
+      return self.train(dataset_fn, global_batch_size=global_batch_size)
+    except NonFiniteLossError as e:
+      print(f"Error: {e}", file=sys.stderr)
+      sys.exit(1)
+
   def train(self, dataset_fn, global_batch_size=None):
     """Trains from the current step to num_train_steps. Returns TrainResult."""
     config = self.config
@@ -290,7 +300,9 @@ class Trainer:
         lambda s: tf.TensorSpec(s.shape, s.dtype),
         _local_spec(per_replica_spec)))
     iterator = iter(dataset)
-    train_loop = self._make_train_loop()
+    if self._train_loop is None:  # a second train() call does not retrace
+      self._train_loop = self._make_train_loop()
+    train_loop = self._train_loop
     writer = self._summary_writer("train")
     self._install_sigterm()
     step, metrics = start, {}
