@@ -12,18 +12,26 @@ Model FLOPs per sequence (training = 3 x forward; embeddings' lookups and
 softmax/LayerNorm not counted, as is usual for MFU):
     forward = T*L*(8H^2 + 4*H*I + 4*T*H) + P*(2H^2 + 2*H*V) + 2H^2 + 4H
 keras-hub's BertMaskedLM has no next-sentence head (a negligible 2H^2 + 4H).
+These are the model's nominal FLOPs for both: official_bert runs its last
+block at the masked positions and [CLS] only, so it does about 13% fewer
+(same results), and its MFU counts what that saves.
 
 On a shared VM the hypervisor steals CPU time from this one (`st` in vmstat,
 10-50% at times here), which moves wall-clock rates by +-20% from run to run.
-So each configuration also reports its steal share and a CPU-time rate:
+So every configuration is built and warmed up first, then the timed loops
+run in turns (ours, hub, ours, hub, ...), and each configuration reports the
+steal share during its loops and a CPU-time rate:
 sequences per second of this process's CPU time divided by the cores it can
 use, i.e. the rate it would have with both cores to itself. The CPU-time rate
 is steal-proof but flatters an implementation that leaves cores idle; the
 wall rate is the one that counts when the machine is quiet.
 """
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 
 from absl import app
@@ -32,9 +40,10 @@ from absl import flags
 flags.DEFINE_integer("batch_size", 32, "Sequences per step.")
 flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
 flags.DEFINE_integer("predictions", 20, "Masked positions per sequence.")
-flags.DEFINE_integer("steps", 20, "Timed steps per configuration (after a "
-                     "warm-up loop of the same length).")
-flags.DEFINE_integer("repeats", 2, "Timed loops per configuration (best kept).")
+flags.DEFINE_integer("steps", 10, "Steps per timed loop (each configuration "
+                     "also runs one untimed warm-up loop).")
+flags.DEFINE_integer("repeats", 3, "Timed loops per configuration, taken in "
+                     "turns with the others (best kept).")
 flags.DEFINE_list("configs", ["ours", "ours_xla", "hub", "hub_xla",
                               "ours_bf16", "ours_bf16_xla"],
                   "Configurations to run: ours[_bf16][_xla], hub[_xla].")
@@ -92,23 +101,31 @@ def _machine_ticks():
 
 
 class Loops:
-  """Wall and CPU seconds of each timed loop."""
+  """Wall and CPU seconds of each timed loop, and the steal share during them."""
 
   def __init__(self):
     self.wall, self.cpu, self._start = [], [], None
+    self.steal_ticks, self.total_ticks = 0, 0
 
   def begin(self):
-    self._start = (time.perf_counter(), _cpu_seconds())
+    self._start = (time.perf_counter(), _cpu_seconds(), _machine_ticks())
 
   def end(self):
-    wall, cpu = self._start
+    wall, cpu, (steal, total) = self._start
     self.wall.append(time.perf_counter() - wall)
     self.cpu.append(_cpu_seconds() - cpu)
+    now = _machine_ticks()
+    self.steal_ticks += now[0] - steal
+    self.total_ticks += now[1] - total
+
+  @property
+  def steal(self):
+    return self.steal_ticks / max(self.total_ticks, 1)
 
   def rates(self, sequences, cores):
-    """Best (wall, CPU-time) sequences/s over the loops after the first."""
-    wall = max(sequences / w for w in self.wall[1:])
-    cpu = max(sequences / (c / cores) for c in self.cpu[1:])
+    """Best (wall, CPU-time) sequences/s over the timed loops."""
+    wall = max(sequences / w for w in self.wall)
+    cpu = max(sequences / (c / cores) for c in self.cpu)
     return wall, cpu
 
 
@@ -128,9 +145,12 @@ def synthetic_batch(batch, seq, preds, vocab, seed=0):
   }
 
 
-def run_ours(data, precision, jit_compile, steps, repeats):
-  """Loops of official_bert's Trainer (default strategy, one device)."""
-  import tempfile  # pylint: disable=g-import-not-at-top
+def ours_runner(data, precision, jit_compile, steps):
+  """official_bert's Trainer (default strategy, one device), traced and warm.
+
+  Returns (run_loop, loops): each run_loop() trains `steps` more steps in one
+  train() call, whose tf.function loop (built once) is timed into `loops`.
+  """
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
@@ -143,8 +163,7 @@ def run_ours(data, precision, jit_compile, steps, repeats):
   keras.utils.set_random_seed(0)
   model = pretrainer.BertPretrainer.from_bert_config(
       configs.BertConfig(**MINI))
-  total = steps * (repeats + 1)
-  optimizer = optimization.create_optimizer("adamw", 1e-4, total, 0,
+  optimizer = optimization.create_optimizer("adamw", 1e-4, 10 ** 6, 0,
                                             mixed_precision=precision)
   element = ({"input_word_ids": data["ids"], "input_mask": data["mask"],
               "input_type_ids": data["types"],
@@ -153,33 +172,47 @@ def run_ours(data, precision, jit_compile, steps, repeats):
               "masked_lm_weights": data["weights"],
               "next_sentence_labels": data["nsp"]})
   batch = len(data["ids"])
-  with tempfile.TemporaryDirectory() as output_dir:
-    t = trainer_lib.Trainer(
-        tf.distribute.get_strategy(), model, optimizer,
-        pretrainer.pretraining_losses,
-        trainer_lib.TrainConfig(output_dir=output_dir, num_train_steps=total,
-                                steps_per_loop=steps,
-                                save_checkpoints_steps=10 ** 9,
-                                jit_compile=jit_compile),
-        metric_fn=pretrainer.pretraining_metric_counts, log=lambda _: None)
-    t.save = lambda: None  # time the steps, not the final checkpoint
-    loops = Loops()
+  output_dir = tempfile.mkdtemp(prefix="pretraining_benchmark_")
+  atexit.register(shutil.rmtree, output_dir, True)
+  t = trainer_lib.Trainer(
+      tf.distribute.get_strategy(), model, optimizer,
+      pretrainer.pretraining_losses,
+      trainer_lib.TrainConfig(output_dir=output_dir, num_train_steps=steps,
+                              steps_per_loop=steps,
+                              save_checkpoints_steps=10 ** 9,
+                              jit_compile=jit_compile),
+      metric_fn=pretrainer.pretraining_metric_counts, log=lambda _: None)
+  t.save = lambda: None  # time the steps, not checkpoints
 
-    def log(message):  # called once per loop, right after it ends
-      if message.startswith("step "):
-        loops.end()
-        loops.begin()
+  def dataset_fn(_):
+    return tf.data.Dataset.from_tensors(element).repeat()
 
-    t.log = log
-    loops.begin()
-    t.train(lambda _: tf.data.Dataset.from_tensors(element).repeat(),
-            global_batch_size=batch)
+  t.train(dataset_fn, global_batch_size=batch)  # traces; one warm-up loop
   distribution.set_mixed_precision("float32")
-  return loops
+  loops, train_loop = Loops(), t._train_loop  # pylint: disable=protected-access
+
+  def timed_loop(iterator, num_steps):
+    loops.begin()
+    out = train_loop(iterator, num_steps)
+    tf.nest.map_structure(lambda x: x.numpy(), out)
+    loops.end()
+    return out
+
+  t._train_loop = timed_loop  # pylint: disable=protected-access
+
+  def run_loop():
+    t.config.num_train_steps += steps
+    t.train(dataset_fn, global_batch_size=batch)
+
+  return run_loop, loops
 
 
-def run_hub(data, jit_compile, steps, repeats):
-  """Loops of keras-hub's BertMaskedLM trained with fit()."""
+def hub_runner(data, jit_compile, steps):
+  """keras-hub's BertMaskedLM trained with fit(), traced and warm.
+
+  Returns (run_loop, loops): each run_loop() is one fit() epoch of `steps`
+  steps, timed into `loops`.
+  """
   import keras  # pylint: disable=g-import-not-at-top
   import keras_hub  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -210,16 +243,13 @@ def run_hub(data, jit_compile, steps, repeats):
     def on_epoch_end(self, epoch, logs=None):
       loops.end()
 
-  model.fit(dataset, epochs=repeats + 1, steps_per_epoch=steps, verbose=0,
-            callbacks=[Timer()])
-  return loops
+  def run_loop():
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0,
+              callbacks=[Timer()])
 
-
-def _load():
-  try:
-    return os.getloadavg()[0]
-  except OSError:
-    return float("nan")
+  run_loop()  # traces; one warm-up epoch
+  loops.__init__()
+  return run_loop, loops
 
 
 def main(argv):
@@ -240,24 +270,33 @@ def main(argv):
         f"{FLAGS.predictions} predictions: {flops / 1e9:.2f} GFLOP per "
         "training sequence", flush=True)
   cores = len(os.sched_getaffinity(0))
-  results, cpu_results = {}, {}
+  # Build and warm up every configuration, then time them in turns (round
+  # robin), so a burst of steal time hits all of them rather than one.
+  runners = {}
   for name in FLAGS.configs:
+    start = time.time()
     jit = name.endswith("_xla")
-    start, ticks = time.time(), _machine_ticks()
     if name.startswith("hub"):
-      loops = run_hub(data, jit, FLAGS.steps, FLAGS.repeats)
-      peak = peaks["float32"]
+      runners[name] = hub_runner(data, jit, FLAGS.steps)
     else:
       precision = "mixed_bfloat16" if "_bf16" in name else "float32"
-      loops = run_ours(data, precision, jit, FLAGS.steps, FLAGS.repeats)
-      peak = peaks["bfloat16" if "_bf16" in name else "float32"]
+      runners[name] = ours_runner(data, precision, jit, FLAGS.steps)
+    print(f"{name}: built, traced and warmed up in {time.time() - start:.0f} s",
+          flush=True)
+  for repeat in range(FLAGS.repeats):
+    for name, (run_loop, loops) in runners.items():
+      run_loop()
+    print(f"round {repeat + 1}/{FLAGS.repeats}: " + ", ".join(
+        f"{name} {FLAGS.batch_size * FLAGS.steps / loops.wall[-1]:.1f}"
+        for name, (_, loops) in runners.items()) + " seq/s", flush=True)
+  results, cpu_results = {}, {}
+  for name, (_, loops) in runners.items():
+    peak = peaks["bfloat16" if "_bf16" in name else "float32"]
     rate, cpu_rate = loops.rates(FLAGS.batch_size * FLAGS.steps, cores)
     results[name], cpu_results[name] = rate, cpu_rate
-    steal = _machine_ticks()
-    steal = (steal[0] - ticks[0]) / max(steal[1] - ticks[1], 1)
     print(f"{name:14s} {rate:7.1f} seq/s  MFU {rate * flops / peak:6.1%}  "
-          f"CPU-time rate {cpu_rate:5.1f} seq/s  (load {_load():.1f}, "
-          f"steal {steal:.0%}, {time.time() - start:.0f} s)", flush=True)
+          f"CPU-time rate {cpu_rate:5.1f} seq/s  (steal {loops.steal:.0%})",
+          flush=True)
   base = results.get("hub_xla")
   if base:
     print("ratio to keras-hub with XLA, wall: " + ", ".join(
