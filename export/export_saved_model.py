@@ -63,12 +63,7 @@ def main(argv):
 
 
 def define_flags():
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the model.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Checkpoint prefix or directory (latest is used).")
-  flags.DEFINE_string("vocab_file", None, "The model's vocab.txt.")
-  flags.DEFINE_bool("do_lower_case", True, "True for uncased models.")
+  saved_model_io.define_model_flags()
   flags.DEFINE_integer("max_seq_length", 128,
                        "Text requests are packed (and truncated) to this.")
   flags.DEFINE_string("export_dir", None,
@@ -77,9 +72,7 @@ def define_flags():
                        "Version number (default: next free one).")
   flags.DEFINE_bool("text_pair", False,
                     "serving_default also takes text_b (sentence pairs).")
-  for name in ("bert_config_file", "init_checkpoint", "vocab_file",
-               "export_dir"):
-    flags.mark_flag_as_required(name)
+  flags.mark_flag_as_required("export_dir")
 
 
 if __name__ == "__main__":

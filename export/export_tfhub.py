@@ -94,19 +94,12 @@ _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
 
 
 def define_flags():
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json of the model.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Checkpoint prefix or directory (latest is used).")
-  flags.DEFINE_string("vocab_file", None, "The model's vocab.txt.")
-  flags.DEFINE_bool("do_lower_case", True, "True for uncased models.")
+  saved_model_io.define_model_flags()
   flags.DEFINE_string("export_dir", None,
                       "Writes <export_dir>/encoder and <export_dir>/preprocessor.")
   flags.DEFINE_integer("seq_length", tfhub_modules.DEFAULT_SEQ_LENGTH,
                        "Length the preprocessor packs to by default.")
-  for name in ("bert_config_file", "init_checkpoint", "vocab_file",
-               "export_dir"):
-    flags.mark_flag_as_required(name)
+  flags.mark_flag_as_required("export_dir")
 
 
 if __name__ == "__main__":

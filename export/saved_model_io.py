@@ -8,7 +8,8 @@
     complete (written beside it under a hidden temporary name, then renamed),
     so an interrupted export never leaves a directory that looks finished;
   * `op_types(...)`: every op a SavedModel's graph uses, split into core
-    TensorFlow, TF Text and anything else (what a model server must link).
+    TensorFlow, TF Text and anything else (what a model server must link);
+  * `define_model_flags()`: the command-line flags naming the model to export.
 """
 
 import glob
@@ -16,12 +17,27 @@ import os
 import shutil
 import tempfile
 
+from absl import flags
 import tensorflow as tf
 
 from official_bert import checkpoints
 from official_bert import configs
 from official_bert import pretrainer as pretrainer_lib
 from official_bert import tokenization
+
+
+def define_model_flags():
+  """Defines (and requires) the exporters' model flags: --bert_config_file,
+  --init_checkpoint, --vocab_file, --do_lower_case."""
+  flags.DEFINE_string("bert_config_file", None,
+                      "bert_config.json of the model.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Checkpoint prefix or directory (latest is used), or "
+                      "google-research/bert's bert_model.ckpt or its folder.")
+  flags.DEFINE_string("vocab_file", None, "The model's vocab.txt.")
+  flags.DEFINE_bool("do_lower_case", True, "True for uncased models.")
+  for name in ("bert_config_file", "init_checkpoint", "vocab_file"):
+    flags.mark_flag_as_required(name)
 
 
 def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
