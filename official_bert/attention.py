@@ -28,8 +28,9 @@ class SelfAttention(keras.layers.Layer):
     initializer_range: stddev of the truncated-normal initializer.
 
   Inputs: `(x, mask)`: x float [B, T, H], mask int/bool [B, T] (1 = real token).
-    `query_positions` (optional, int [B, P]): compute the output at these
-    positions only; every position is still a key and a value.
+    `query_inputs` (optional, float [B, P, H]): attend from these instead
+    (e.g. x at a few positions); every position of x is still a key and a
+    value.
   Output: float [B, T, H] (or [B, P, H]), before the residual and LayerNorm.
 
   Example:
@@ -76,14 +77,10 @@ class SelfAttention(keras.layers.Layer):
     return ops.reshape(x, (batch, length, self.num_attention_heads,
                            self.head_size))
 
-  def call(self, inputs, training=None, query_positions=None):
+  def call(self, inputs, training=None, query_inputs=None):
     x, mask = inputs
-    queries_from = x
-    if query_positions is not None:
-      # [B, T, H] gathered at [B, P] -> [B, P, H]
-      queries_from = ops.take_along_axis(
-          x, ops.cast(query_positions, "int32")[:, :, None], axis=1)
-    query = self._split_heads(self.query(queries_from))
+    query = self._split_heads(self.query(x if query_inputs is None
+                                         else query_inputs))
     key = self._split_heads(self.key(x))
     value = self._split_heads(self.value(x))
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.

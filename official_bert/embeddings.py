@@ -4,6 +4,12 @@ import keras
 from keras import ops
 
 
+def gather_positions(sequence, positions):
+  """[B, T, H] at int [B, P] positions -> [B, P, H] (one gather per row)."""
+  positions = ops.cast(positions, "int32")
+  return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
+
+
 def truncated_normal(stddev):
   """BERT's initializer (fresh object each call, so layers never share one)."""
   return keras.initializers.TruncatedNormal(stddev=stddev)

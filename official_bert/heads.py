@@ -55,11 +55,7 @@ class MaskedLMHead(keras.layers.Layer):
 
   def call(self, inputs):
     if isinstance(inputs, (tuple, list)):
-      sequence_output, positions = inputs
-      # [B, T, H] gathered at [B, P] -> [B, P, H]
-      positions = ops.cast(positions, "int32")
-      gathered = ops.take_along_axis(sequence_output, positions[:, :, None],
-                                     axis=1)
+      gathered = embeddings.gather_positions(*inputs)  # [B, P, H]
     else:
       gathered = inputs
     x = self.layer_norm(self.dense(gathered))

@@ -1,7 +1,6 @@
 """The post-LayerNorm Transformer block of BERT."""
 
 import keras
-from keras import ops
 
 from official_bert import activations
 from official_bert import attention
@@ -86,12 +85,14 @@ class TransformerBlock(keras.layers.Layer):
 
   def call(self, inputs, training=None, output_positions=None):
     x, mask = inputs
-    attended = self.attention((x, mask), training=training,
-                              query_positions=output_positions)
+    queries = None
     if output_positions is not None:
-      # [B, T, H] -> [B, P, H]: the residual at the positions computed.
-      x = ops.take_along_axis(
-          x, ops.cast(output_positions, "int32")[:, :, None], axis=1)
+      # [B, T, H] -> [B, P, H]: the queries, and the residual.
+      queries = embeddings.gather_positions(x, output_positions)
+    attended = self.attention((x, mask), training=training,
+                              query_inputs=queries)
+    if queries is not None:
+      x = queries
     attended = self.attention_dropout(attended, training=training)
     x = self.attention_layer_norm(x + attended)
     # [B, T, H] -> [B, T, I] -> [B, T, H]
