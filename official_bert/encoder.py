@@ -138,15 +138,14 @@ class BertEncoder(keras.Model):
           [ops.zeros_like(output_positions[:, :1]), output_positions], axis=1)
     layer_outputs = []
     for i, block in enumerate(blocks):
-      if i == len(blocks) - 1 and last_positions is not None:
-        x = block((x, mask), training=training, output_positions=last_positions)
-        cls, x = x[:, 0, :], x[:, 1:, :]
-      else:
-        x = block((x, mask), training=training)
-        cls = x[:, 0, :]
+      positions = last_positions if i == len(blocks) - 1 else None
+      x = block((x, mask), training=training, output_positions=positions)
       layer_outputs.append(x)
     # [B, H]: the [CLS] position of the last block.
-    pooled = self.pooler(cls)
+    pooled = self.pooler(x[:, 0, :])
+    if last_positions is not None:
+      # [B, 1 + P, H] -> [B, P, H]: the requested positions.
+      x = layer_outputs[-1] = x[:, 1:, :]
     return {"sequence_output": x, "pooled_output": pooled,
             "encoder_outputs": layer_outputs, "default": pooled}
 
