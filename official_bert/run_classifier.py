@@ -34,6 +34,8 @@ import time
 from absl import app
 from absl import flags
 
+from official_bert import preemption
+
 FLAGS = flags.FLAGS
 
 
@@ -205,6 +207,7 @@ def _label_list(columns, regression):
 
 def main(argv):
   del argv
+  preemption.install()  # before anything slow: see preemption.py
   _check_flags()
   from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
   regression = FLAGS.task_type == "regression"

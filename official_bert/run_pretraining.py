@@ -21,6 +21,8 @@ import os
 from absl import app
 from absl import flags
 
+from official_bert import preemption
+
 FLAGS = flags.FLAGS
 
 # ---- the original's flags, same names and defaults
@@ -156,6 +158,7 @@ def eval_results(sums, step):
 
 def main(argv):
   del argv
+  preemption.install()  # before anything slow: see preemption.py
   _check_flags()
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -42,7 +42,9 @@ inner loop when the process gets SIGTERM. A rerun with the same output_dir
 resumes the step, the optimizer slots (and so the learning-rate schedule).
 SIGTERM reaching only one worker of a multi-worker job stops them all: at each
 loop boundary the workers sum their SIGTERM flags (one small all-reduce), so
-all save the same checkpoint and return together.
+all save the same checkpoint and return together. A SIGTERM that arrived
+before training (`preemption.install()` records it from the program's start)
+stops all workers at their first boundary, before the first step.
 A non-finite loss stops training with `NonFiniteLossError`, leaving the last
 good checkpoint as the latest.
 """
@@ -50,7 +52,6 @@ good checkpoint as the latest.
 import dataclasses
 import os
 import shutil
-import signal
 import sys
 import time
 
@@ -58,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from official_bert import distribution
+from official_bert import preemption
 
 
 class NonFiniteLossError(RuntimeError):
@@ -153,7 +155,7 @@ class Trainer:
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, self._checkpoint_dir,
         max_to_keep=config.keep_checkpoints, checkpoint_name="ckpt")
-    self._terminate = False
+    preemption.install()  # programs install it earlier; tests and notebooks here
     self._terminate_sum = None  # a tf.function, built on first use
     self._train_loop = None  # a tf.function, built by the first train()
 
@@ -304,12 +306,20 @@ class Trainer:
       self._train_loop = self._make_train_loop()
     train_loop = self._train_loop
     writer = self._summary_writer("train")
-    self._install_sigterm()
+    preemption.install()
     step, metrics = start, {}
     if start >= config.num_train_steps:
       self.log(f"Already at step {start} >= num_train_steps="
                f"{config.num_train_steps}; nothing to train.")
       return TrainResult(step=start, metrics={})
+    if self._any_worker_terminating():  # SIGTERM while the job started up
+      signalled_here = preemption.requested()
+      preemption.clear()
+      self.log(f"SIGTERM before training started: stopped at step {start} "
+               "with nothing new to save"
+               f"{'' if signalled_here else ' (signal on another worker)'}; "
+               "rerun with the same --output_dir to go on.")
+      return TrainResult(step=start, metrics={}, preempted=True)
     t_start, steps_done, history = time.time(), 0, []
     while step < config.num_train_steps:
       next_save = (step // config.save_checkpoints_steps + 1) * (
@@ -355,9 +365,11 @@ class Trainer:
         if self.is_chief:
           self.log(f"Saved checkpoint {path}")
       if terminate and not finished:
+        signalled_here = preemption.requested()
+        preemption.clear()
         self.log(f"SIGTERM: saved checkpoint "
                  f"{os.path.join(config.output_dir, f'ckpt-{step}')} at step "
-                 f"{step}{'' if self._terminate else ' (signal on another worker)'}"
+                 f"{step}{'' if signalled_here else ' (signal on another worker)'}"
                  "; rerun with the same --output_dir to resume.")
         return TrainResult(step=step, metrics=metrics, preempted=True,
                            history=history)
@@ -403,7 +415,7 @@ class Trainer:
     workers, and all of them save and stop at the same loop boundary.
     """
     if self.strategy.num_replicas_in_sync == 1:
-      return self._terminate
+      return preemption.requested()
     if self._terminate_sum is None:
       strategy = self.strategy
 
@@ -416,18 +428,8 @@ class Trainer:
         return strategy.experimental_local_results(
             strategy.run(replica_fn, args=(flag,)))[0]
       self._terminate_sum = terminate_sum
-    flag = tf.constant(1.0 if self._terminate else 0.0)
+    flag = tf.constant(1.0 if preemption.requested() else 0.0)
     return float(self._terminate_sum(flag)) > 0
-
-  def _install_sigterm(self):
-    def handler(signum, frame):  # pylint: disable=unused-argument
-      self._terminate = True
-      print("SIGTERM received: checkpointing after the current loop.",
-            file=sys.stderr, flush=True)
-    try:
-      signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: no handler, as before
-      pass
 
 
 def _local_spec(spec):

@@ -220,6 +220,19 @@ def _start_workers(setup, output_dir, extra=(), **flags):
   return procs
 
 
+def _wait_for_sigterm_handler(proc, timeout=60):
+  """Waits until `proc` handles SIGTERM (bit 15 of SigCgt in /proc)."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    with open(f"/proc/{proc.pid}/status") as f:
+      caught = next(line for line in f if line.startswith("SigCgt:"))
+    if int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+      return
+    time.sleep(0.01)
+  pytest.fail(f"no SIGTERM handler after {timeout} s")
+
+
 def _wait_all(procs, timeout):
   """(stdout, stderr) of each process; kills all of them if one hangs."""
   deadline = time.time() + timeout
@@ -241,7 +254,8 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   preempted machine: SIGTERM reaches worker 1 only. Both workers agree at the
   next loop boundary, save the same checkpoint and exit 0 (without the
   agreement worker 1 saves and leaves alone, and worker 0 fails or waits in
-  the next step's all-reduce). A rerun of both resumes, trains and evaluates."""
+  the next step's all-reduce). Then a SIGTERM while they start up. A rerun of
+  both resumes, trains and evaluates."""
   output_dir = tmp_path / "out"
   procs = _start_workers(setup, output_dir, num_train_steps=100000)
   deadline = time.time() + 300
@@ -263,6 +277,19 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   assert 2 <= step < 100000
   assert all(f"ckpt-{step} at step {step}" in line for line in saved), saved
   assert int(_weights(output_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"]) == step
+
+  # A preemption while the job starts up: SIGTERM to worker 1 as soon as its
+  # handler is in place (before TensorFlow is imported). It must not die
+  # (worker 0 would wait for it in the first collective): both stop before
+  # their first step, exit 0 and leave the checkpoint as it was.
+  procs = _start_workers(setup, output_dir, num_train_steps=step + 2)
+  _wait_for_sigterm_handler(procs[1])
+  procs[1].send_signal(signal.SIGTERM)
+  for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
+    assert proc.returncode == 0, err[-3000:]
+    assert (f"SIGTERM before training started: stopped at step {step}"
+            in out), out
+  assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{step}")
 
   procs = _start_workers(setup, output_dir, num_train_steps=step + 2,
                          extra=["--do_eval", "--max_eval_steps=3"])

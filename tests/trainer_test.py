@@ -180,6 +180,28 @@ def test_sigterm_saves_and_rerun_resumes_step_and_optimizer(tmp_path, records):
   assert sorted(os.listdir(tmp_path / "train"))  # TensorBoard events written
 
 
+def test_sigterm_before_training_stops_at_start_and_is_consumed(tmp_path,
+                                                                 records):
+  """A SIGTERM that arrives while the job starts up (here: before train())
+  is recorded, not fatal; train() stops before its first step, and the
+  signal is consumed: the next train() call trains."""
+  previous = signal.getsignal(signal.SIGTERM)
+  lines = []
+  try:
+    t = _trainer(tmp_path, 4, log=lines.append)
+    os.kill(os.getpid(), signal.SIGTERM)  # the process must survive this
+    result = t.train(_dataset_fn(records), global_batch_size=4)
+    assert result.preempted and result.step == 0
+    assert any(line.startswith("SIGTERM before training started: stopped at "
+                               "step 0") for line in lines), lines
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+    assert int(t.optimizer.iterations.numpy()) == 0
+    result = t.train(_dataset_fn(records), global_batch_size=4)
+    assert result.step == 4 and not result.preempted
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path,
                                                               records):
   calls = tf.Variable(0)
