@@ -58,3 +58,19 @@ def test_every_config_name_resolves_and_unknown_names_fail():
     assert activations.get(name)(x).shape == (3,)
   with pytest.raises(ValueError, match="hidden_act 'tanh' is not one of"):
     activations.get("tanh")
+
+
+def test_autodiff_gelu_gives_keras_gelu_inside_and_restores_outside():
+  x = tf.constant(_points())
+  with activations.autodiff_gelu():
+    with activations.autodiff_gelu():
+      pass
+    inside = activations.gelu(x)  # still inside after the nested exit
+  np.testing.assert_array_equal(
+      inside, keras.activations.gelu(x, approximate=False))
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = activations.gelu(x)
+  assert activations._autodiff is False  # pylint: disable=protected-access
+  np.testing.assert_allclose(y, inside, rtol=1e-6, atol=1e-7)
+  assert tape.gradient(y, x).shape == x.shape

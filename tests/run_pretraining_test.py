@@ -255,7 +255,7 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   next loop boundary, save the same checkpoint and exit 0 (without the
   agreement worker 1 saves and leaves alone, and worker 0 fails or waits in
   the next step's all-reduce). Then a SIGTERM while they start up. A rerun of
-  both resumes, trains and evaluates."""
+  both resumes, trains (with --jit_compile) and evaluates."""
   output_dir = tmp_path / "out"
   procs = _start_workers(setup, output_dir, num_train_steps=100000)
   deadline = time.time() + 300
@@ -291,8 +291,11 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
             in out), out
   assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{step}")
 
+  # The resumed run also compiles its steps with XLA (one device per worker;
+  # the optimizer's cross-replica update stays outside XLA).
   procs = _start_workers(setup, output_dir, num_train_steps=step + 2,
-                         extra=["--do_eval", "--max_eval_steps=3"])
+                         extra=["--do_eval", "--max_eval_steps=3",
+                                "--jit_compile"])
   for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
     assert proc.returncode == 0, err[-3000:]
     assert f"at step {step}" in out and f"Trained steps {step}..{step + 2}" in out
