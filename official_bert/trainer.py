@@ -319,12 +319,9 @@ class Trainer:
                f"{config.num_train_steps}; nothing to train.")
       return TrainResult(step=start, metrics={})
     if self._any_worker_terminating():  # SIGTERM while the job started up
-      signalled_here = preemption.requested()
-      preemption.clear()
       self.log(f"SIGTERM before training started: stopped at step {start} "
-               "with nothing new to save"
-               f"{'' if signalled_here else ' (signal on another worker)'}; "
-               "rerun with the same --output_dir to go on.")
+               f"with nothing new to save{_consume_sigterm()}; rerun with "
+               "the same --output_dir to go on.")
       return TrainResult(step=start, metrics={}, preempted=True)
     t_start, steps_done, history = time.time(), 0, []
     while step < config.num_train_steps:
@@ -371,12 +368,10 @@ class Trainer:
         if self.is_chief:
           self.log(f"Saved checkpoint {path}")
       if terminate and not finished:
-        signalled_here = preemption.requested()
-        preemption.clear()
         self.log(f"SIGTERM: saved checkpoint "
                  f"{os.path.join(config.output_dir, f'ckpt-{step}')} at step "
-                 f"{step}{'' if signalled_here else ' (signal on another worker)'}"
-                 "; rerun with the same --output_dir to resume.")
+                 f"{step}{_consume_sigterm()}; rerun with the same "
+                 "--output_dir to resume.")
         return TrainResult(step=step, metrics=metrics, preempted=True,
                            history=history)
     return TrainResult(step=step, metrics=metrics, history=history)
@@ -436,6 +431,13 @@ class Trainer:
       self._terminate_sum = terminate_sum
     flag = tf.constant(1.0 if preemption.requested() else 0.0)
     return float(self._terminate_sum(flag)) > 0
+
+
+def _consume_sigterm():
+  """Forgets the SIGTERM a train() stops on; says where it came from."""
+  here = preemption.requested()
+  preemption.clear()
+  return "" if here else " (signal on another worker)"
 
 
 def _autodiff_gelu(fn):
