@@ -10,6 +10,23 @@ from official_bert import embeddings
 # H hidden size, V vocabulary size.
 
 
+@ops.custom_gradient
+def _scores(x, table):
+  """x [N, H] times table [V, H] transposed, with the gradient written out.
+
+  Autodiff differentiates through the transpose: it computes the table's
+  gradient as [H, V] and then transposes it, an extra pass over a [V, H]
+  array (about 3% of a BERT-Mini step on CPU). Here it is g^T x directly.
+  """
+  def grad(*args, upstream=None):
+    if upstream is None:  # TensorFlow passes it positionally
+      (upstream,) = args
+    return (ops.matmul(upstream, table),
+            ops.matmul(ops.transpose(upstream), x))
+
+  return ops.matmul(x, ops.transpose(table)), grad
+
+
 @keras.saving.register_keras_serializable(package="official_bert")
 class MaskedLMHead(keras.layers.Layer):
   """Predicts the original ids at the masked positions only.
@@ -64,8 +81,7 @@ class MaskedLMHead(keras.layers.Layer):
     # per-sequence copy of the table's gradient before summing it.
     table = ops.cast(self.embedding_table, self.compute_dtype)
     batch, num_positions = ops.shape(x)[0], ops.shape(x)[1]
-    logits = ops.matmul(ops.reshape(x, (-1, self.hidden_size)),
-                        ops.transpose(table))
+    logits = _scores(ops.reshape(x, (-1, self.hidden_size)), table)
     logits = ops.reshape(logits, (batch, num_positions, self.vocab_size))
     return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
 

@@ -31,9 +31,11 @@ One step: forward/backward on each of `gradient_accumulation_steps`
 micro-batches, gradients summed over micro-batches and replicas (one
 all-reduce), clipped by their global norm (`max_grad_norm`, the same on 1 or
 N replicas), applied by the optimizer (a `LossScaleOptimizer` under
-mixed_float16 unscales and skips non-finite steps). With a single replica
-the update (clipping and optimizer) is compiled with XLA, which fuses its
-element-wise passes. `jit_compile` also compiles the forward and backward
+mixed_float16 unscales and skips non-finite steps). The losses and metrics
+are compiled with XLA (except on TPUs, which compile everything): it fuses
+the softmax cross-entropy, its gradient and the accuracy's pass over the
+[B, P, V] logits. With a single replica the update (clipping and optimizer)
+is compiled too, which fuses its element-wise passes. `jit_compile` also compiles the forward and backward
 passes (one device per process; under multi_worker_mirrored the update stays
 uncompiled, as the optimizer's cross-replica `merge_call` cannot run in XLA).
 
@@ -53,6 +55,7 @@ good checkpoint as the latest.
 """
 
 import dataclasses
+import functools
 import os
 import shutil
 import sys
@@ -187,7 +190,10 @@ class Trainer:
     return path
 
   # -------------------------------------------------------- train step ----
-  def _replica_grads(self, batches):
+  def _losses_and_metrics(self, labels, outputs):
+    return self.loss_fn(labels, outputs), self.metric_fn(labels, outputs)
+
+  def _replica_grads(self, batches, losses_and_metrics):
     """Per replica: summed gradients and losses/metrics of the micro-batches."""
     variables = self.model.trainable_variables
     scale = 1.0 / (self.strategy.num_replicas_in_sync * len(batches))
@@ -195,13 +201,12 @@ class Trainer:
     for inputs, labels in batches:
       with tf.GradientTape() as tape:
         outputs = self.model(inputs, training=True)
-        losses = self.loss_fn(labels, outputs)
+        losses, metrics = losses_and_metrics(labels, outputs)
         scaled = self.optimizer.scale_loss(losses["loss"] * scale)
       step_grads = tape.gradient(scaled, variables)
       step_grads = [tf.convert_to_tensor(g) for g in step_grads]
       grads = step_grads if grads is None else [
           a + b for a, b in zip(grads, step_grads)]
-      metrics = self.metric_fn(labels, outputs)
       for key, value in losses.items():
         loss_sums[key] = loss_sums.get(key, 0.0) + value / len(batches)
       for key, value in metrics.items():
@@ -221,7 +226,14 @@ class Trainer:
   def _make_train_loop(self):
     strategy = self.strategy
     accumulation = self.config.gradient_accumulation_steps
-    replica_grads = self._replica_grads
+    losses_and_metrics = self._losses_and_metrics
+    if not (self.config.jit_compile or _is_tpu(strategy)):
+      # On CPU this made a BERT-Mini step ~8% faster (TF's softmax
+      # cross-entropy kernel alone took ~7% of it).
+      losses_and_metrics = tf.function(losses_and_metrics, jit_compile=True,
+                                       autograph=False)
+    replica_grads = functools.partial(self._replica_grads,
+                                      losses_and_metrics=losses_and_metrics)
     apply = self._apply
     if self.config.jit_compile:
       replica_grads = tf.function(_autodiff_gelu(replica_grads),
@@ -457,8 +469,11 @@ def _compile_update(strategy):
   several, the Keras optimizer synchronises replicas (`merge_call`), which a
   nested compiled function cannot do, and TPUs compile everything anyway.
   """
-  return (strategy.num_replicas_in_sync == 1 and
-          not isinstance(strategy, tf.distribute.TPUStrategy))
+  return strategy.num_replicas_in_sync == 1 and not _is_tpu(strategy)
+
+
+def _is_tpu(strategy):
+  return isinstance(strategy, tf.distribute.TPUStrategy)
 
 
 def _local_spec(spec):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from official_bert import heads
 from official_bert import pretrainer as pretrainer_lib
 from tests import testing
 
@@ -41,6 +42,28 @@ def test_mlm_logits_use_the_tied_embedding_table(model):
   np.testing.assert_allclose(out["mlm_logits"], expected, atol=1e-5)
   # Tied, not copied: the head holds the encoder's variable itself.
   assert head.embedding_table is model.encoder.get_embedding_table()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_scores_gradient_is_autodiffs(dtype):
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(size=(6, 8)), dtype)
+  table = tf.constant(rng.normal(size=(11, 8)), dtype)
+  upstream = tf.constant(rng.normal(size=(6, 11)), dtype)
+  grads = []
+  for scores in (heads._scores,  # pylint: disable=protected-access
+                 lambda a, b: tf.matmul(a, b, transpose_b=True)):
+    with tf.GradientTape() as tape:
+      tape.watch([x, table])
+      out = scores(x, table)
+    grads.append([out] + tape.gradient(out, [x, table],
+                                       output_gradients=upstream))
+  tolerance = 1e-5 if dtype == "float32" else 2e-2
+  for ours, autodiff in zip(*grads):
+    assert ours.dtype == autodiff.dtype
+    np.testing.assert_allclose(tf.cast(ours, tf.float32),
+                               tf.cast(autodiff, tf.float32),
+                               rtol=tolerance, atol=tolerance)
 
 
 def test_embedding_table_trains_through_both_paths(model):
