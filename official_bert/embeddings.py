@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from official_bert import normalization
+
 
 def gather_positions(sequence, positions):
   """[B, T, H] at int [B, P] positions -> [B, P, H] (one gather per row)."""
@@ -69,7 +71,7 @@ class BertEmbeddings(keras.layers.Layer):
         name="position_embeddings",
         shape=(self.max_position_embeddings, self.hidden_size),
         initializer=truncated_normal(self.initializer_range))
-    self.layer_norm = keras.layers.LayerNormalization(
+    self.layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="layer_norm")
     self.layer_norm.build(tuple(word_shape) + (self.hidden_size,))
     self.dropout = keras.layers.Dropout(self.dropout_rate,

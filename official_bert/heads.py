@@ -5,6 +5,7 @@ from keras import ops
 
 from official_bert import activations
 from official_bert import embeddings
+from official_bert import normalization
 
 # Shape legend: B batch, T sequence, P masked positions per sequence,
 # H hidden size, V vocabulary size.
@@ -63,7 +64,7 @@ class MaskedLMHead(keras.layers.Layer):
         kernel_initializer=embeddings.truncated_normal(self.initializer_range),
         dtype=self.dtype_policy, name="dense")
     self.dense.build(sequence_shape)
-    self.layer_norm = keras.layers.LayerNormalization(
+    self.layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="layer_norm")
     self.layer_norm.build(sequence_shape)
     self.output_bias = self.add_weight(

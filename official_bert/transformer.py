@@ -5,6 +5,7 @@ import keras
 from official_bert import activations
 from official_bert import attention
 from official_bert import embeddings
+from official_bert import normalization
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
@@ -62,7 +63,7 @@ class TransformerBlock(keras.layers.Layer):
         initializer_range=self.initializer_range, dtype=self.dtype_policy,
         name="attention")
     self.attention.build(input_shape)
-    self.attention_layer_norm = keras.layers.LayerNormalization(
+    self.attention_layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="attention_layer_norm")
     self.attention_layer_norm.build(x_shape)
     self.intermediate = keras.layers.Dense(
@@ -74,7 +75,7 @@ class TransformerBlock(keras.layers.Layer):
         self.hidden_size, kernel_initializer=init(), dtype=self.dtype_policy,
         name="output")
     self.output_dense.build(x_shape[:-1] + (self.intermediate_size,))
-    self.output_layer_norm = keras.layers.LayerNormalization(
+    self.output_layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="output_layer_norm")
     self.output_layer_norm.build(x_shape)
     self.attention_dropout = keras.layers.Dropout(
