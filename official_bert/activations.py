@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 from official_bert import configs
+from official_bert import gradients
 
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -27,13 +28,11 @@ def gelu(x):
   return _gelu_written_out_gradient(x)
 
 
-@ops.custom_gradient
+@gradients.custom_gradient
 def _gelu_written_out_gradient(x):
   cdf = 0.5 * ops.erfc(x * -_SQRT_HALF)  # Phi(x), accurate in the left tail
 
-  def grad(*args, upstream=None):
-    if upstream is None:  # TensorFlow passes it positionally
-      (upstream,) = args
+  def grad(upstream):
     pdf = ops.exp(ops.square(x) * -0.5) * _INV_SQRT_2PI  # phi(x)
     return upstream * (cdf + x * pdf)
 
@@ -43,9 +42,19 @@ def _gelu_written_out_gradient(x):
 _autodiff = False
 
 
+def written_out_gradients():
+  """Whether `gelu` (and the feed-forward network) use their own gradients.
+
+  False within `autodiff_gelu()`.
+  """
+  return not _autodiff
+
+
 @contextlib.contextmanager
 def autodiff_gelu():
   """Within it, `gelu` is Keras's GELU, differentiated automatically.
+
+  So is `TransformerBlock`'s feed-forward network (see there).
 
   For code that XLA compiles: XLA fuses the erf form's gradient by itself,
   and a BERT-Mini step compiled with the written-out gradient ran about 6%
