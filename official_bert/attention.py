@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from official_bert import dropout
 from official_bert import embeddings
 
 # Shape legend: B batch, T query positions, S key positions, N heads,
@@ -67,8 +68,7 @@ class SelfAttention(keras.layers.Layer):
     self.output_dense = self._dense("output")
     for layer in (self.query, self.key, self.value, self.output_dense):
       layer.build(x_shape)
-    self.dropout = keras.layers.Dropout(self.dropout_rate,
-                                        dtype=self.dtype_policy)
+    self.dropout = dropout.Dropout(self.dropout_rate, dtype=self.dtype_policy)
     self.built = True
 
   def _split_heads(self, x):

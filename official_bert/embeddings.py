@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from official_bert import dropout
 from official_bert import normalization
 
 
@@ -74,8 +75,7 @@ class BertEmbeddings(keras.layers.Layer):
     self.layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="layer_norm")
     self.layer_norm.build(tuple(word_shape) + (self.hidden_size,))
-    self.dropout = keras.layers.Dropout(self.dropout_rate,
-                                        dtype=self.dtype_policy)
+    self.dropout = dropout.Dropout(self.dropout_rate, dtype=self.dtype_policy)
     self.built = True
 
   def call(self, inputs, training=None):

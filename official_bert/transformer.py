@@ -4,6 +4,7 @@ import keras
 
 from official_bert import activations
 from official_bert import attention
+from official_bert import dropout
 from official_bert import embeddings
 from official_bert import normalization
 
@@ -78,9 +79,9 @@ class TransformerBlock(keras.layers.Layer):
     self.output_layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="output_layer_norm")
     self.output_layer_norm.build(x_shape)
-    self.attention_dropout = keras.layers.Dropout(
+    self.attention_dropout = dropout.Dropout(
         self.hidden_dropout_prob, dtype=self.dtype_policy)
-    self.output_dropout = keras.layers.Dropout(
+    self.output_dropout = dropout.Dropout(
         self.hidden_dropout_prob, dtype=self.dtype_policy)
     self.built = True
 
