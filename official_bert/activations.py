@@ -1,6 +1,5 @@
 """The activations that `bert_config.json` names, as Keras functions."""
 
-import contextlib
 import math
 
 import keras
@@ -21,9 +20,10 @@ def gelu(x):
   automatic differentiation of the erf form makes more element-wise passes
   over the [B, T, intermediate] activations, the encoder's largest tensors.
   A BERT-Mini training step on CPU is about 5% faster with it. Code traced
-  under `autodiff_gelu()` gets Keras's GELU and automatic differentiation.
+  within `gradients.keras_formulas()` gets Keras's GELU and automatic
+  differentiation.
   """
-  if _autodiff:
+  if not gradients.written_out():
     return keras.activations.gelu(x, approximate=False)
   return _gelu_written_out_gradient(x)
 
@@ -37,35 +37,6 @@ def _gelu_written_out_gradient(x):
     return upstream * (cdf + x * pdf)
 
   return x * cdf, grad
-
-
-_autodiff = False
-
-
-def written_out_gradients():
-  """Whether `gelu` (and the feed-forward network) use their own gradients.
-
-  False within `autodiff_gelu()`.
-  """
-  return not _autodiff
-
-
-@contextlib.contextmanager
-def autodiff_gelu():
-  """Within it, `gelu` is Keras's GELU, differentiated automatically.
-
-  So is `TransformerBlock`'s feed-forward network (see there).
-
-  For code that XLA compiles: XLA fuses the erf form's gradient by itself,
-  and a BERT-Mini step compiled with the written-out gradient ran about 6%
-  slower on CPU. It acts when the model's call is traced.
-  """
-  global _autodiff
-  previous, _autodiff = _autodiff, True
-  try:
-    yield
-  finally:
-    _autodiff = previous
 
 
 def gelu_approximate(x):

@@ -16,11 +16,15 @@ dropout's forward and backward took 14.5 ms with Keras's and 9.7 ms here
 (random numbers are the larger part of dropout's cost, and a BERT-Mini step
 drops out about 14M elements).
 
-With a `noise_shape`, or a last axis of unknown length, it is Keras's dropout.
+With a `noise_shape`, a last axis of unknown length, or within
+`gradients.keras_formulas()` (for XLA, which compiled the 16-bit draws into
+very slow code on CPU), it is Keras's dropout.
 """
 
 import keras
 from keras import ops
+
+from official_bert import gradients
 
 _LEVELS = 65536  # values of a 16-bit draw
 
@@ -40,7 +44,8 @@ class Dropout(keras.layers.Dropout):
     last = inputs.shape[-1] if len(inputs.shape) else None
     if not training or self.rate == 0:
       return inputs
-    if self.noise_shape is not None or last is None:
+    if (self.noise_shape is not None or last is None or
+        not gradients.written_out()):
       return super().call(inputs, training=training)
     threshold = round(self.rate * _LEVELS)
     if threshold >= _LEVELS:

@@ -65,8 +65,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from official_bert import activations
 from official_bert import distribution
+from official_bert import gradients
 from official_bert import preemption
 
 
@@ -236,9 +236,11 @@ class Trainer:
     replica_grads = functools.partial(self._replica_grads,
                                       losses_and_metrics=losses_and_metrics)
     apply = self._apply
+    if self.config.jit_compile or _is_tpu(strategy):
+      # XLA compiles the model: it gets Keras's formulas (see there).
+      replica_grads = _keras_formulas(replica_grads)
     if self.config.jit_compile:
-      replica_grads = tf.function(_autodiff_gelu(replica_grads),
-                                  jit_compile=True)
+      replica_grads = tf.function(replica_grads, jit_compile=True)
     if _compile_update(strategy):
       apply = tf.function(apply, jit_compile=True)
 
@@ -453,10 +455,10 @@ def _consume_sigterm():
   return "" if here else " (signal on another worker)"
 
 
-def _autodiff_gelu(fn):
-  """`fn` traced with `activations.autodiff_gelu()` (for XLA, see there)."""
+def _keras_formulas(fn):
+  """`fn` traced within `gradients.keras_formulas()` (for XLA, see there)."""
   def traced(*args):
-    with activations.autodiff_gelu():
+    with gradients.keras_formulas():
       return fn(*args)
   return traced
 

@@ -102,7 +102,7 @@ class TransformerBlock(keras.layers.Layer):
     attended = self.attention_dropout(attended, training=training)
     x = self.attention_layer_norm(x + attended)
     # [B, T, H] -> [B, T, I] -> [B, T, H]
-    if self.hidden_act == "gelu" and activations.written_out_gradients():
+    if self.hidden_act == "gelu" and gradients.written_out():
       y = self._gelu_feed_forward(x)
     else:
       y = self.output_dense(self.intermediate(x))

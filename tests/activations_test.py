@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from official_bert import activations
 from official_bert import configs
+from official_bert import gradients
 
 
 def _points():
@@ -60,10 +61,10 @@ def test_every_config_name_resolves_and_unknown_names_fail():
     activations.get("tanh")
 
 
-def test_autodiff_gelu_gives_keras_gelu_inside_and_restores_outside():
+def test_keras_formulas_give_keras_gelu_inside_and_restore_outside():
   x = tf.constant(_points())
-  with activations.autodiff_gelu():
-    with activations.autodiff_gelu():
+  with gradients.keras_formulas():
+    with gradients.keras_formulas():
       pass
     inside = activations.gelu(x)  # still inside after the nested exit
   np.testing.assert_array_equal(
@@ -71,6 +72,6 @@ def test_autodiff_gelu_gives_keras_gelu_inside_and_restores_outside():
   with tf.GradientTape() as tape:
     tape.watch(x)
     y = activations.gelu(x)
-  assert activations._autodiff is False  # pylint: disable=protected-access
+  assert gradients.written_out()
   np.testing.assert_allclose(y, inside, rtol=1e-6, atol=1e-7)
   assert tape.gradient(y, x).shape == x.shape

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from official_bert import dropout
+from official_bert import gradients
 
 
 def _drop(layer, x):
@@ -70,6 +71,17 @@ def test_noise_shape_is_keras_dropout():
   # Keras's semantics: one draw per row, broadcast along the row.
   assert all(len(set(row)) == 1 for row in y)
   assert set(np.unique(y)) <= {0.0, 2.0}
+
+
+def test_keras_formulas_give_keras_dropout():
+  x = tf.ones((16, 32))
+  with gradients.keras_formulas():
+    ours = dropout.Dropout(0.3, seed=9)(x, training=True).numpy()
+  keras_y = keras.layers.Dropout(0.3, seed=9)(x, training=True).numpy()
+  np.testing.assert_array_equal(ours, keras_y)
+  # Outside it, the 16-bit draws: a different mask from the same seed.
+  assert not np.array_equal(
+      dropout.Dropout(0.3, seed=9)(x, training=True).numpy(), keras_y)
 
 
 def test_mixed_precision_dtype():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import activations
+from official_bert import gradients
 from official_bert import transformer
 
 
@@ -41,8 +41,8 @@ def test_gelu_feed_forward_matches_keras_layers_and_autodiff(
       rng.normal(size=(3, 2 if with_positions else 7, 16)), tf.float32)
   block = _block(policy=policy)
   ours = _value_and_grads(block, x, mask, upstream, positions)
-  # Within autodiff_gelu() the block runs Keras's Dense layers and GELU.
-  with activations.autodiff_gelu():
+  # Within keras_formulas() the block runs Keras's Dense layers and GELU.
+  with gradients.keras_formulas():
     reference = _value_and_grads(block, x, mask, upstream, positions)
   assert len(ours) == len(reference) == 2 + len(block.trainable_weights)
   for a, b in zip(ours, reference):
@@ -54,11 +54,11 @@ def test_gelu_feed_forward_matches_keras_layers_and_autodiff(
 
 
 def test_other_activations_use_the_dense_layers():
-  # No written-out path for them: outputs inside and outside autodiff_gelu()
+  # No written-out path for them: outputs inside and outside keras_formulas()
   # are the same computation.
   block = _block(hidden_act="relu")
   x = tf.constant(np.random.default_rng(2).normal(size=(3, 7, 16)), tf.float32)
   mask = tf.ones((3, 7), tf.int32)
-  with activations.autodiff_gelu():
+  with gradients.keras_formulas():
     reference = block((x, mask))
   np.testing.assert_array_equal(block((x, mask)), reference)
