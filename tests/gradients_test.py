@@ -20,6 +20,15 @@ def test_sum_rows_is_the_sum_over_leading_axes(shape, dtype):
                              rtol=tolerance, atol=tolerance)
 
 
+def test_sum_rows_within_keras_formulas():
+  x = np.random.default_rng(1).normal(size=(3, 4, 6)).astype("float32")
+  with gradients.keras_formulas():
+    assert not gradients.written_out()
+    got = gradients.sum_rows(tf.constant(x))
+  assert gradients.written_out()
+  np.testing.assert_allclose(got, x.sum((0, 1)), rtol=1e-5, atol=1e-5)
+
+
 def test_custom_gradient_passes_the_upstream_gradient():
 
   @gradients.custom_gradient
