@@ -228,7 +228,8 @@ class Trainer:
     strategy = self.strategy
     accumulation = self.config.gradient_accumulation_steps
     losses_and_metrics = self._losses_and_metrics
-    if not (self.config.jit_compile or _is_tpu(strategy)):
+    xla_compiles_model = self.config.jit_compile or _is_tpu(strategy)
+    if not xla_compiles_model:
       # Fuses the passes over the logits (see the module docstring); on CPU
       # a BERT-Mini step was ~8% faster with it.
       losses_and_metrics = tf.function(losses_and_metrics, jit_compile=True,
@@ -236,8 +237,8 @@ class Trainer:
     replica_grads = functools.partial(self._replica_grads,
                                       losses_and_metrics=losses_and_metrics)
     apply = self._apply
-    if self.config.jit_compile or _is_tpu(strategy):
-      # XLA compiles the model: it gets Keras's formulas (see there).
+    if xla_compiles_model:
+      # The model gets Keras's formulas (see gradients.keras_formulas).
       replica_grads = _keras_formulas(replica_grads)
     if self.config.jit_compile:
       replica_grads = tf.function(replica_grads, jit_compile=True)
