@@ -159,10 +159,10 @@ def ours_runner(data, precision, jit_compile, steps):
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert import distribution  # pylint: disable=g-import-not-at-top
-  from official_bert import optimization  # pylint: disable=g-import-not-at-top
-  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
-  from official_bert import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
   distribution.set_mixed_precision(precision)
   keras.utils.set_random_seed(0)

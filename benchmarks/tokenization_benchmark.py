@@ -29,7 +29,7 @@ def main(argv):
   del argv
   f = flags.FLAGS
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
 
   with open(f.corpus, encoding="utf-8") as corpus:
     lines = [line for line in corpus.read().split("\n") if line.strip()]

@@ -20,10 +20,10 @@ import tempfile
 from absl import flags
 import tensorflow as tf
 
-from official_bert import checkpoints
+from official_bert.training import checkpoints
 from official_bert import configs
-from official_bert import pretrainer as pretrainer_lib
-from official_bert import tokenization
+from official_bert.modeling import pretrainer as pretrainer_lib
+from official_bert.data import tokenization
 
 
 def define_model_flags():

@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from export import saved_model_io
 from export import tfhub_modules
-from official_bert import encoder as encoder_lib
-from official_bert import tokenization
+from official_bert.modeling import encoder as encoder_lib
+from official_bert.data import tokenization
 
 SIGNATURE_TEXT = "serving_default"
 SIGNATURE_IDS = "serving_ids"

@@ -31,8 +31,8 @@ Preprocessor:
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from official_bert import encoder as encoder_lib
-from official_bert import tokenization
+from official_bert.modeling import encoder as encoder_lib
+from official_bert.data import tokenization
 
 # tf.Module would own a read-only `variables` property; the TF-Hub API needs
 # plain attributes, so the modules are AutoTrackable objects.

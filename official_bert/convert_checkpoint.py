@@ -31,10 +31,10 @@ import time
 
 import numpy as np
 
-from official_bert import checkpoint_names
-from official_bert import checkpoints
+from official_bert.training import checkpoint_names
+from official_bert.training import checkpoints
 from official_bert import configs
-from official_bert import pretrainer as pretrainer_lib
+from official_bert.modeling import pretrainer as pretrainer_lib
 
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 PREFIX_NAME = "bert_model.ckpt"

@@ -64,7 +64,7 @@ def parse_layers(text, num_layers):
 
 def read_input(path):
   """`Example`s of the input file (text_b for `a ||| b` lines)."""
-  from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   examples = []
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
@@ -83,7 +83,7 @@ def read_input(path):
 def encode_mixed(examples, tokenizer, max_seq_length):
   """Packs single texts and pairs together (encode takes one kind at a time)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   groups = {}
   for i, example in enumerate(examples):
     groups.setdefault(example.text_b is None, []).append(i)
@@ -112,10 +112,10 @@ def main(argv):
     raise app.UsageError(str(e))
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
 
   try:
     config = configs.BertConfig.from_json_file(FLAGS.bert_config_file)

@@ -34,7 +34,8 @@ import time
 from absl import app
 from absl import flags
 
-from official_bert import preemption
+from official_bert import cli
+from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
 
@@ -91,13 +92,6 @@ def define_flags():
   flags.DEFINE_integer("seed", 12345, "Seed of initialisation, dropout, shuffle.")
   flags.DEFINE_string("export_dir", None, "If set, export the fine-tuned model "
                       "for TF Serving (raw text in, probabilities out) here.")
-
-
-def _atomic_write(path, text):
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(tmp, path)
 
 
 def _check_flags():
@@ -160,7 +154,7 @@ def predict_logits(model, inputs, batch_size):
 def eval_results(logits, labels, regression, step):
   """The eval_results.txt values (all prefixed eval_, as the original)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from official_bert import classifier_metrics  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_metrics  # pylint: disable=g-import-not-at-top
   if regression:
     predictions = logits[:, 0]
     metrics = classifier_metrics.regression_metrics(labels, predictions)
@@ -177,7 +171,7 @@ def eval_results(logits, labels, regression, step):
 
 
 def _read_split(split, columns, require_label=True):
-  from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   try:
     path = classifier_data.find_split_file(FLAGS.task_data_dir, split)
     return classifier_data.read_examples(path, columns, require_label)
@@ -188,7 +182,7 @@ def _read_split(split, columns, require_label=True):
 def _label_list(columns, regression):
   """Labels of a previous run (label_list.json) unless training, else the
   train file's."""
-  from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   saved = os.path.join(FLAGS.output_dir, "label_list.json")
   if regression:
     return None
@@ -209,7 +203,7 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   _check_flags()
-  from official_bert import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   regression = FLAGS.task_type == "regression"
   columns = classifier_data.Columns(FLAGS.text_column, FLAGS.text_b_column,
                                     FLAGS.label_column)
@@ -236,13 +230,13 @@ def main(argv):
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import keras  # pylint: disable=g-import-not-at-top
-  from official_bert import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert import distribution  # pylint: disable=g-import-not-at-top
-  from official_bert import finetuning_models  # pylint: disable=g-import-not-at-top
-  from official_bert import optimization  # pylint: disable=g-import-not-at-top
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
-  from official_bert import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
   if FLAGS.num_cpu_devices > 1:
     distribution.split_cpu(FLAGS.num_cpu_devices)
@@ -311,11 +305,11 @@ def main(argv):
     resolved = {f.name: f.value for f in ours}
     resolved.update(num_replicas=replicas, num_train_steps=num_train_steps,
                     num_warmup_steps=num_warmup_steps)
-    _atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
+    cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
                   json.dumps(resolved, indent=2, sort_keys=True) + "\n")
     config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
     if labels is not None:
-      _atomic_write(os.path.join(FLAGS.output_dir, "label_list.json"),
+      cli.atomic_write(os.path.join(FLAGS.output_dir, "label_list.json"),
                     json.dumps(labels) + "\n")
   print(f"{FLAGS.task_type}: labels {labels}, "
         + ", ".join(f"{split} {len(s[0])} examples" for split, s in splits.items())
@@ -376,7 +370,7 @@ def main(argv):
     logits = predict_logits(model, inputs, FLAGS.eval_batch_size)
     result = eval_results(logits, ids, regression, step)
     if trainer.is_chief:
-      _atomic_write(os.path.join(FLAGS.output_dir, "eval_results.txt"),
+      cli.atomic_write(os.path.join(FLAGS.output_dir, "eval_results.txt"),
                     "".join(f"{k} = {result[k]}\n" for k in sorted(result)))
     print("Eval: " + " ".join(f"{k} {v:.4g}" for k, v in sorted(result.items())),
           flush=True)
@@ -391,7 +385,7 @@ def main(argv):
       probabilities = tf.nn.softmax(logits, axis=-1).numpy()
       rows = ["\t".join(f"{p:.6g}" for p in row) for row in probabilities]
     if trainer.is_chief:
-      _atomic_write(os.path.join(FLAGS.output_dir, "test_results.tsv"),
+      cli.atomic_write(os.path.join(FLAGS.output_dir, "test_results.tsv"),
                     "".join(row + "\n" for row in rows))
     summary.append(f"{len(rows)} test predictions")
   if FLAGS.export_dir and trainer.is_chief:
@@ -409,4 +403,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

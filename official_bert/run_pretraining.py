@@ -21,7 +21,8 @@ import os
 from absl import app
 from absl import flags
 
-from official_bert import preemption
+from official_bert import cli
+from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
 
@@ -94,13 +95,6 @@ flags.DEFINE_integer("seed", 12345,
                      "Seed of the weights, dropout and data order.")
 
 
-def _atomic_write(path, text):
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
 def _check_flags():
   """The flag errors one sentence can explain, before TensorFlow starts."""
   if not FLAGS.do_train and not FLAGS.do_eval:
@@ -128,7 +122,7 @@ def pretraining_eval_sums(labels, outputs):
   """Sums for the original's eval metrics (ratios taken over the whole set)."""
   import keras  # pylint: disable=g-import-not-at-top
   from keras import ops  # pylint: disable=g-import-not-at-top
-  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   weights = ops.cast(labels["masked_lm_weights"], "float32")
   mlm_ce = keras.losses.sparse_categorical_crossentropy(
       labels["masked_lm_ids"], outputs["mlm_logits"], from_logits=True)
@@ -163,13 +157,13 @@ def main(argv):
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import keras  # pylint: disable=g-import-not-at-top
-  from official_bert import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert import distribution  # pylint: disable=g-import-not-at-top
-  from official_bert import input_pipeline  # pylint: disable=g-import-not-at-top
-  from official_bert import optimization  # pylint: disable=g-import-not-at-top
-  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
-  from official_bert import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
   if FLAGS.num_cpu_devices > 1:
     distribution.split_cpu(FLAGS.num_cpu_devices)
@@ -233,7 +227,7 @@ def main(argv):
                 if any(f.name == "bert_config_file" for f in module_flags))
     resolved = {f.name: f.value for f in ours}
     resolved["num_replicas"] = replicas
-    _atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
+    cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
                   json.dumps(resolved, indent=2, sort_keys=True) + "\n")
     config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
   print(f"{len(files)} input files, {replicas} replicas "
@@ -275,7 +269,7 @@ def main(argv):
     result = eval_results(sums, step)
     if trainer.is_chief:
       path = os.path.join(FLAGS.output_dir, "eval_results.txt")
-      _atomic_write(path, "".join(f"{k} = {result[k]}\n"
+      cli.atomic_write(path, "".join(f"{k} = {result[k]}\n"
                                   for k in sorted(result)))
       writer = tf.summary.create_file_writer(
           os.path.join(FLAGS.output_dir, "eval"))
@@ -289,4 +283,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -1,13 +1,13 @@
-"""Tests for official_bert/activations.py."""
+"""Tests for official_bert/modeling/activations.py."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import activations
+from official_bert.modeling import activations
 from official_bert import configs
-from official_bert import gradients
+from official_bert.modeling import gradients
 
 
 def _points():

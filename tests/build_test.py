@@ -4,7 +4,7 @@ Bazel 4 cannot fetch rule repositories offline here, so instead of
 `bazel test` this test evaluates BUILD (Starlark is Python syntax for the
 subset we use) with recording stand-ins for the rules and checks that:
 every Python file has exactly one target; tests are py_test, programs
-(files calling `app.run`) are py_binary; every source exists; and every
+(files with a `__main__` block) are py_binary; every source exists; and every
 project module a file imports is reachable through the target's deps.
 """
 
@@ -96,11 +96,11 @@ def test_tests_are_py_test_and_programs_are_py_binary(targets):
   for name, target in targets.items():
     for src in target["srcs"]:
       with open(os.path.join(testing.ROOT, src)) as f:
-        is_program = "app.run(" in f.read()
+        is_program = 'if __name__ == "__main__":' in f.read()
       if src.endswith("_test.py"):
         assert target["kind"] == "py_test", f"{src} should be a py_test, is :{name}"
       elif is_program:
-        assert target["kind"] == "py_binary", f"{src} calls app.run; :{name} should be py_binary"
+        assert target["kind"] == "py_binary", f"{src} is a program (__main__); :{name} should be py_binary"
       else:
         assert target["kind"] == "py_library", f"{src} is a module; :{name} should be py_library"
 

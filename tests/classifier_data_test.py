@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from official_bert import classifier_data
-from official_bert import tokenization
+from official_bert.tasks import classifier_data
+from official_bert.data import tokenization
 from tests import testing
 
 PAIR = classifier_data.Columns(text="question", text_b="answer", label="gold")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import checkpoint_names
-from official_bert import checkpoints
+from official_bert.training import checkpoint_names
+from official_bert.training import checkpoints
 from official_bert import configs
 from official_bert import convert_checkpoint
-from official_bert import finetuning_models
-from official_bert import pretrainer as pretrainer_lib
+from official_bert.modeling import finetuning_models
+from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
 torch = pytest.importorskip("torch")

@@ -1,12 +1,12 @@
-"""Tests for official_bert/dropout.py."""
+"""Tests for official_bert/modeling/dropout.py."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import dropout
-from official_bert import gradients
+from official_bert.modeling import dropout
+from official_bert.modeling import gradients
 
 
 def _drop(layer, x):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from official_bert import configs
-from official_bert import embeddings
-from official_bert import encoder as encoder_lib
+from official_bert.modeling import embeddings
+from official_bert.modeling import encoder as encoder_lib
 from tests import testing
 
 

@@ -8,9 +8,9 @@ layer's output and pretraining logits out (float32, 1e-5).
 import numpy as np
 import pytest
 
-from official_bert import checkpoint_names
-from official_bert import encoder as encoder_lib
-from official_bert import pretrainer as pretrainer_lib
+from official_bert.training import checkpoint_names
+from official_bert.modeling import encoder as encoder_lib
+from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
 torch = pytest.importorskip("torch")

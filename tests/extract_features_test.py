@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from official_bert import checkpoints
-from official_bert import classifier_data
-from official_bert import encoder as encoder_lib
+from official_bert.training import checkpoints
+from official_bert.tasks import classifier_data
+from official_bert.modeling import encoder as encoder_lib
 from official_bert import extract_features
-from official_bert import tokenization
+from official_bert.data import tokenization
 from tests import testing
 
 LINES = ["The quick brown fox jumps over the lazy dog.",

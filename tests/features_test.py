@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import features
+from official_bert.data import features
 from tests import testing
 
 # All-different sizes: 3 instances, max_seq_length 7, max_predictions 5.

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import checkpoints
-from official_bert import finetuning_models
-from official_bert import pretrainer as pretrainer_lib
+from official_bert.training import checkpoints
+from official_bert.modeling import finetuning_models
+from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

@@ -1,11 +1,11 @@
-"""Tests for official_bert/gradients.py."""
+"""Tests for official_bert/modeling/gradients.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from keras import ops
 
-from official_bert import gradients
+from official_bert.modeling import gradients
 
 
 @pytest.mark.parametrize("shape", [(7, 5), (3, 4, 6), (1, 9)])

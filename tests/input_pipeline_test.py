@@ -1,11 +1,11 @@
-"""Tests for official_bert/input_pipeline.py on real TFRecord files."""
+"""Tests for official_bert/training/input_pipeline.py on real TFRecord files."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import features
-from official_bert import input_pipeline
+from official_bert.data import features
+from official_bert.training import input_pipeline
 from tests import testing
 
 SEQ, PREDS = testing.SEQ, 3

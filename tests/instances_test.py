@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from official_bert import features
+from official_bert.data import features
 from tests import testing
 from tfrecords import instances
 
@@ -17,7 +17,7 @@ def corpus():
   """The pydocs corpus tokenized: (lines, token ids per line as arrays)."""
   testing.require_shared_data()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   tokenizer = tokenization.FullTokenizer(testing.VOCAB)
   with open(testing.CORPUS, encoding="utf-8") as f:
     lines = f.read().split("\n")

@@ -5,7 +5,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from official_bert import tokenization
+from official_bert.data import tokenization
 from tests import testing
 from tfrecords import learn_vocab
 

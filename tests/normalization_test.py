@@ -1,11 +1,11 @@
-"""Tests for official_bert/normalization.py."""
+"""Tests for official_bert/modeling/normalization.py."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import normalization
+from official_bert.modeling import normalization
 
 
 def _pair(shape, policy="float32", **kwargs):

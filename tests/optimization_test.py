@@ -1,10 +1,10 @@
-"""Tests for official_bert/optimization.py: the schedule and weight decay."""
+"""Tests for official_bert/training/optimization.py: the schedule and weight decay."""
 
 import keras
 import numpy as np
 import pytest
 
-from official_bert import optimization
+from official_bert.training import optimization
 
 
 def test_warmup_then_linear_decay_values():
@@ -61,8 +61,8 @@ def test_weight_decay_on_bert_follows_the_original_exclusions(name):
   """On every BertPretrainer weight, by its original name: google-research/
   bert decays all but those matching "LayerNorm", "layer_norm" or "bias"."""
   import re  # pylint: disable=g-import-not-at-top
-  from official_bert import checkpoint_names  # pylint: disable=g-import-not-at-top
-  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   from tests import testing  # pylint: disable=g-import-not-at-top
   model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
   table = checkpoint_names.original_names(model)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import heads
-from official_bert import pretrainer as pretrainer_lib
+from official_bert.modeling import heads
+from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
 POSITIONS = np.array([[1, 2, 6, 0], [0, 3, 4, 0], [5, 1, 2, 3]], np.int32)

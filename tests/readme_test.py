@@ -35,7 +35,7 @@ def test_paths_in_the_layout_table_exist():
       if "/" in name:
         directory = os.path.dirname(name.rstrip("/"))
         path = name
-      else:  # "attention.py" after "official_bert/embeddings.py"
+      else:  # "attention.py" after "official_bert/modeling/embeddings.py"
         path = os.path.join(directory, name)
       checked += 1
       if not os.path.exists(os.path.join(testing.ROOT, path)):

@@ -155,7 +155,7 @@ def _free_port():
 
 def _unigram_baseline(path, seq, preds):
   """Accuracy of always predicting the most frequent masked token."""
-  from official_bert import input_pipeline  # pylint: disable=g-import-not-at-top
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
   ids = np.concatenate([
       labels["masked_lm_ids"].numpy()[labels["masked_lm_weights"].numpy() > 0]
       for _, labels in input_pipeline.pretraining_dataset(
@@ -335,9 +335,9 @@ def test_init_checkpoint_warm_starts_phase2_from_phase1_and_tf1(
   same weights as a google-research/bert TF1 checkpoint. Learning rate 0, so
   phase 2's checkpoint must hold exactly phase 1's weights, at step 2 of a
   fresh optimizer. A rerun of phase 2 resumes its own checkpoint."""
-  from official_bert import checkpoint_names  # pylint: disable=g-import-not-at-top
-  from official_bert import checkpoints  # pylint: disable=g-import-not-at-top
-  from official_bert import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   phase1 = short_runs["lamb_bf16"][0]
   input_pipeline_test.write_records(
       tmp_path / "long.tfrecord",

@@ -19,10 +19,10 @@ import tensorflow as tf
 from export import saved_model_io
 from export import serving
 from export import tfhub_modules
-from official_bert import checkpoints
-from official_bert import encoder as encoder_lib
-from official_bert import pretrainer as pretrainer_lib
-from official_bert import tokenization
+from official_bert.training import checkpoints
+from official_bert.modeling import encoder as encoder_lib
+from official_bert.modeling import pretrainer as pretrainer_lib
+from official_bert.data import tokenization
 from tests import testing
 
 VOCAB = os.path.join(testing.TESTDATA, "export_vocab.txt")

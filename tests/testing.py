@@ -69,7 +69,7 @@ def run_cli(args, timeout=600, env=None, check=True):
 
 def original_feature_spec(seq, preds):
   """google-research/bert run_pretraining.py's reader spec, written out
-  independently of official_bert.features (so tests compare against it)."""
+  independently of official_bert.data.features (so tests compare against it)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return {
       "input_ids": tf.io.FixedLenFeature([seq], tf.int64),

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from export import saved_model_io
 from export import tfhub_modules
-from official_bert import checkpoints
-from official_bert import pretrainer as pretrainer_lib
+from official_bert.training import checkpoints
+from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
 VOCAB = os.path.join(testing.TESTDATA, "export_vocab.txt")
@@ -223,7 +223,7 @@ def test_bad_export_inputs_give_one_clear_error(exported, tmp_path):
 
 
 def test_load_pretrained_reads_a_fine_tuned_checkpoint(tmp_path):
-  from official_bert import finetuning_models  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
   config = testing.tiny_config()
   config.to_json_file(str(tmp_path / "bert_config.json"))
   classifier = finetuning_models.BertClassifier.from_bert_config(
@@ -239,7 +239,7 @@ def test_load_pretrained_reads_a_fine_tuned_checkpoint(tmp_path):
 
 
 def test_load_pretrained_reads_an_original_tf1_checkpoint(exported, tmp_path):
-  from official_bert import checkpoint_names  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
   model = exported["model"]
   arrays = {name: variable.numpy().T if transpose else variable.numpy()
             for name, (variable, transpose) in

@@ -1,4 +1,4 @@
-"""Tests for official_bert/tokenization.py: hand-checked cases, an independent
+"""Tests for official_bert/data/tokenization.py: hand-checked cases, an independent
 Python reference of the original rules, Hugging Face on the shared corpus,
 tf.function and SavedModel round trips."""
 
@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 import tensorflow as tf
 
-from official_bert import tokenization
+from official_bert.data import tokenization
 from tests import testing
 
 # A hand-made vocab (ids are line numbers), so expectations can be read off.

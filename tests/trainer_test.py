@@ -1,4 +1,4 @@
-"""Tests for official_bert/trainer.py: replicas, accumulation, SIGTERM, NaN."""
+"""Tests for official_bert/training/trainer.py: replicas, accumulation, SIGTERM, NaN."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import pretrainer
-from official_bert import trainer as trainer_lib
+from official_bert.modeling import pretrainer
+from official_bert.training import trainer as trainer_lib
 from tests import testing
 
 # Runs in a subprocess: the CPU must be split into 2 logical devices before
@@ -22,10 +22,12 @@ from tests import testing
 _REPLICAS_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from official_bert import distribution
+    from official_bert.training import distribution
     distribution.split_cpu(2)
     import keras, tensorflow as tf
-    from official_bert import optimization, pretrainer, trainer
+    from official_bert.training import optimization
+    from official_bert.modeling import pretrainer
+    from official_bert.training import trainer
     from tests import input_pipeline_test, testing
 
     out = sys.argv[1]
@@ -121,7 +123,7 @@ def test_one_vs_two_replicas_and_accumulation_same_update(tmp_path):
 def _trainer(tmp_path, num_train_steps, loss_fn=pretrainer.pretraining_losses,
              log=lambda _: None, seed=3):
   import keras  # pylint: disable=g-import-not-at-top
-  from official_bert import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(seed)
   model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
   optimizer = optimization.create_optimizer("adamw", 1e-2, num_train_steps, 1)
@@ -134,7 +136,7 @@ def _trainer(tmp_path, num_train_steps, loss_fn=pretrainer.pretraining_losses,
 
 
 def _dataset_fn(path):
-  from official_bert import input_pipeline  # pylint: disable=g-import-not-at-top
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
   return input_pipeline.pretraining_dataset_fn(
       [path], 4, testing.SEQ, 3, is_training=True, seed=1)
 

@@ -1,11 +1,11 @@
-"""Tests for official_bert/transformer.py: the written-out feed-forward."""
+"""Tests for official_bert/modeling/transformer.py: the written-out feed-forward."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import gradients
-from official_bert import transformer
+from official_bert.modeling import gradients
+from official_bert.modeling import transformer
 
 
 def _block(hidden_act="gelu", policy="float32"):

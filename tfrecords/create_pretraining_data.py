@@ -39,7 +39,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from official_bert import features
+from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
 from tfrecords import job_flags
@@ -206,7 +206,7 @@ def _start_workers(num_workers):
 
 
 def _run(config, pool, start):
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   try:
     tokenizer = tokenization.FullTokenizer(config.vocab_file, config.do_lower_case)
   except ValueError as e:

@@ -1,7 +1,7 @@
 r"""create_pretraining_data.py as an Apache Beam pipeline, for big corpora.
 
 The same flags, instance-building code (tfrecords/instances.py) and TFRecord
-schema (official_bert/features.py) as create_pretraining_data.py, as a
+schema (official_bert/data/features.py) as create_pretraining_data.py, as a
 pipeline that any Beam runner can spread over machines:
 
   input files --(per file: read, tokenize, window documents)--> windows
@@ -32,7 +32,7 @@ from absl import logging
 import apache_beam as beam
 from apache_beam.options import pipeline_options
 
-from official_bert import features
+from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
 from tfrecords import job_flags
@@ -51,7 +51,7 @@ class _FileToWindows(beam.DoFn):
     self._tokenizer = None
 
   def setup(self):
-    from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+    from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
     self._tokenizer = tokenization.FullTokenizer(self._vocab_file,
                                                  self._do_lower_case)
 
@@ -111,7 +111,7 @@ def _fail(message):
 
 
 def main(argv):
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")

@@ -31,7 +31,7 @@ import random
 
 import numpy as np
 
-from official_bert import features
+from official_bert.data import features
 
 # A window needs at least this many documents before it may close, so the
 # random next segment almost always comes from another document.

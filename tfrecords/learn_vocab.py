@@ -2,7 +2,7 @@ r"""Learns a WordPiece vocab.txt from a corpus, for FullTokenizer and BERT.
 
 Input: the pretraining corpus format (one sentence per line, blank lines
 between documents). Words are split exactly as `FullTokenizer` splits them
-(official_bert/tokenization.py: clean, lower-case + strip accents when
+(official_bert/data/tokenization.py: clean, lower-case + strip accents when
 uncased, punctuation and CJK split), then TF Text's WordPiece learner
 (`tensorflow_text.tools.wordpiece_vocab`, the bottom-up learner behind
 `bert_vocab_from_dataset`) picks the subwords.
@@ -50,7 +50,7 @@ def count_words(lines, do_lower_case=True, progress=None):
   `progress(lines_done)` is called after every batch.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def split(batch):
@@ -195,7 +195,7 @@ def main(argv):
         f"a corpus with one sentence per line.")
   logging.info("read %d lines from %d file(s)", len(lines), len(files))
   # Import TensorFlow and TF Text before the progress clock starts.
-  from official_bert import tokenization  # pylint: disable=g-import-not-at-top,unused-import
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top,unused-import
   split_start = time.time()
 
   def progress(done):

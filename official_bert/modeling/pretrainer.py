@@ -15,8 +15,8 @@ import keras
 from keras import ops
 
 from official_bert import configs
-from official_bert import encoder as encoder_lib
-from official_bert import heads
+from official_bert.modeling import encoder as encoder_lib
+from official_bert.modeling import heads
 
 PRETRAINING_INPUT_NAMES = encoder_lib.INPUT_NAMES + ("masked_lm_positions",)
 

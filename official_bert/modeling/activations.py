@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from official_bert import configs
-from official_bert import gradients
+from official_bert.modeling import gradients
 
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

@@ -24,7 +24,7 @@ very slow code on CPU), it is Keras's dropout.
 import keras
 from keras import ops
 
-from official_bert import gradients
+from official_bert.modeling import gradients
 
 _LEVELS = 65536  # values of a 16-bit draw
 

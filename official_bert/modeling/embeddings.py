@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from official_bert import dropout
-from official_bert import normalization
+from official_bert.modeling import dropout
+from official_bert.modeling import normalization
 
 
 def gather_positions(sequence, positions):

@@ -3,10 +3,10 @@
 import keras
 from keras import ops
 
-from official_bert import activations
-from official_bert import embeddings
-from official_bert import gradients
-from official_bert import normalization
+from official_bert.modeling import activations
+from official_bert.modeling import embeddings
+from official_bert.modeling import gradients
+from official_bert.modeling import normalization
 
 # Shape legend: B batch, T sequence, P masked positions per sequence,
 # H hidden size, V vocabulary size.

@@ -20,7 +20,7 @@ files in order, once.
 
 import tensorflow as tf
 
-from official_bert import features
+from official_bert.data import features
 
 
 def resolve_input_files(patterns):

@@ -65,9 +65,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from official_bert import distribution
-from official_bert import gradients
-from official_bert import preemption
+from official_bert.training import distribution
+from official_bert.modeling import gradients
+from official_bert.training import preemption
 
 
 class NonFiniteLossError(RuntimeError):

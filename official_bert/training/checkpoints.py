@@ -20,7 +20,7 @@ import os
 
 import tensorflow as tf
 
-from official_bert import checkpoint_names
+from official_bert.training import checkpoint_names
 
 # Optimizer state and bookkeeping in original checkpoints: not weights.
 ORIGINAL_SKIPPED_SUFFIXES = ("/adam_m", "/adam_v", "global_step",

@@ -20,7 +20,7 @@ Other axes, and layers without `gamma` or `beta`, use Keras's own call.
 import keras
 from keras import ops
 
-from official_bert import gradients
+from official_bert.modeling import gradients
 
 
 @keras.saving.register_keras_serializable(package="official_bert")

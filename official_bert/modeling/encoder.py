@@ -16,8 +16,8 @@ import keras
 from keras import ops
 
 from official_bert import configs
-from official_bert import embeddings
-from official_bert import transformer
+from official_bert.modeling import embeddings
+from official_bert.modeling import transformer
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 

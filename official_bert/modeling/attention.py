@@ -5,8 +5,8 @@ import math
 import keras
 from keras import ops
 
-from official_bert import dropout
-from official_bert import embeddings
+from official_bert.modeling import dropout
+from official_bert.modeling import embeddings
 
 # Shape legend: B batch, T query positions, S key positions, N heads,
 # D size per head, H = N * D hidden size.

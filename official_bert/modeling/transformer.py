@@ -5,12 +5,12 @@ import math
 import keras
 from keras import ops
 
-from official_bert import activations
-from official_bert import attention
-from official_bert import dropout
-from official_bert import embeddings
-from official_bert import gradients
-from official_bert import normalization
+from official_bert.modeling import activations
+from official_bert.modeling import attention
+from official_bert.modeling import dropout
+from official_bert.modeling import embeddings
+from official_bert.modeling import gradients
+from official_bert.modeling import normalization
 
 
 @keras.saving.register_keras_serializable(package="official_bert")

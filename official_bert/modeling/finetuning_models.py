@@ -19,8 +19,8 @@ import keras
 from keras import ops
 
 from official_bert import configs
-from official_bert import embeddings
-from official_bert import encoder as encoder_lib
+from official_bert.modeling import embeddings
+from official_bert.modeling import encoder as encoder_lib
 
 
 def _build_encoder_model(model):
