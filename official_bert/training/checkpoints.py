@@ -3,9 +3,9 @@
 Every checkpoint official_bert writes (pretraining, conversion from Google's
 or Hugging Face's weights, fine-tuning) is a `tf.train.Checkpoint` whose root
 has a `model` edge; pretraining and converted checkpoints hold a
-`BertPretrainer` there (`model/encoder/...`, `model/cls_predictions/...`), the
-trainer adds `optimizer` and `step`. So any tool can read the encoder out of
-any of them:
+`BertPretrainer` there (`model/encoder/...`, `model/cls_predictions/...`).
+The trainer's checkpoints (`TrainingCheckpoints`, below) add `optimizer`,
+`step` and `rng`. So any tool can read the encoder out of any of them:
 
     checkpoints.restore_encoder(encoder, "/path/to/output_dir")  # latest
     checkpoints.restore_encoder(encoder, "/path/to/ckpt-1000")   # a prefix
@@ -17,6 +17,7 @@ turns one into the project format once, for tools that only resolve paths.
 """
 
 import os
+import shutil
 
 import tensorflow as tf
 
@@ -47,6 +48,70 @@ def resolve(path):
     raise ValueError(f"checkpoint {path} not found: expected {path}.index "
                      "(pass a checkpoint prefix or the directory holding it)")
   return path
+
+
+def training_checkpoint(model, optimizer, step):
+  """The object graph of a training checkpoint: model, optimizer, step, rng.
+
+  `optimizer` holds the optimizer's own variables (iterations, slots, loss
+  scale) but not the optimizer object: that one also tracks the model's
+  variables, and a checkpoint names each variable by its shortest path, which
+  would put the weights under optimizer/ instead of model/. `rng` holds the
+  dropout seed generators' states (the model's variables that are not
+  weights), so a resumed run draws the same dropout masks as an
+  uninterrupted one. Build the optimizer's slots first (`optimizer.build`),
+  so a restore fills them at once.
+  """
+  weights = {id(v) for v in model.weights}
+  seed_states = [v for v in model.variables if id(v) not in weights]
+  return tf.train.Checkpoint(
+      model=model,
+      optimizer=tf.train.Checkpoint(variables=list(optimizer.variables)),
+      step=step, rng=tf.train.Checkpoint(states=seed_states))
+
+
+class TrainingCheckpoints:
+  """`ckpt-<step>` checkpoints of a training run in `output_dir`.
+
+  Args:
+    checkpoint: the `training_checkpoint(...)` to save and restore.
+    output_dir: where the checkpoints live (and are resumed from).
+    max_to_keep: checkpoints kept; older ones are deleted.
+    worker_id: None on the chief (or a single worker). Other workers of a
+      multi-worker job must take part in every save (it is collective) but
+      their copy is written to `output_dir/.worker_<id>` and deleted.
+  """
+
+  def __init__(self, checkpoint, output_dir, max_to_keep=5, worker_id=None):
+    self.checkpoint = checkpoint
+    self.output_dir = output_dir
+    self.worker_id = worker_id
+    directory = output_dir
+    if worker_id is not None:
+      directory = os.path.join(output_dir, f".worker_{worker_id}")
+    self._directory = directory
+    self.manager = tf.train.CheckpointManager(
+        checkpoint, directory, max_to_keep=max_to_keep,
+        checkpoint_name="ckpt")
+
+  def latest(self):
+    """The latest checkpoint prefix in output_dir, or None."""
+    return tf.train.latest_checkpoint(self.output_dir)
+
+  def restore_latest(self):
+    """Restores the latest checkpoint (every object must match); its prefix
+    or None when output_dir holds none."""
+    latest = self.latest()
+    if latest:
+      self.checkpoint.read(latest).assert_existing_objects_matched()
+    return latest
+
+  def save(self, step):
+    """Writes `ckpt-<step>` (on every worker: the save is collective)."""
+    path = self.manager.save(checkpoint_number=step)
+    if self.worker_id is not None:
+      shutil.rmtree(self._directory, ignore_errors=True)
+    return path
 
 
 def save_model(model, prefix):

@@ -6,10 +6,17 @@ while a job starts (importing TensorFlow, building the model, tracing the
 first step) would kill a worker of a multi-worker job before the others can
 agree to stop, and they would wait for it in the next collective. The
 command-line programs call `install()` first thing in `main`, before
-TensorFlow is imported; `Trainer` reads `requested()` at each loop boundary
-(and before the first one) and calls `clear()` once it has stopped on it.
+TensorFlow is imported.
 
-No TensorFlow here: this module loads before it.
+A signal reaches one machine of a multi-worker job (a preempted VM): that
+worker alone would start a checkpoint save the others never join, and hang.
+So `Trainer` asks `WorkerAgreement.any_requested()` at each loop boundary (and
+before the first one): the local flags are summed over all replicas of all
+workers, and all of them save and stop at the same boundary. `consume()`
+forgets the signal once training has stopped on it.
+
+TensorFlow is imported only inside `WorkerAgreement`: this module loads
+before it.
 """
 
 import signal
@@ -34,11 +41,50 @@ def install():
 
 
 def requested():
-  """True once SIGTERM arrived and no `Trainer.train` has stopped on it yet."""
+  """True once SIGTERM arrived here and training has not stopped on it yet."""
   return _requested
 
 
 def clear():
-  """Forgets a SIGTERM that a `Trainer.train` has acted on."""
+  """Forgets a SIGTERM that training has acted on."""
   global _requested
   _requested = False
+
+
+class WorkerAgreement:
+  """Whether any worker of `strategy` got SIGTERM (see the module docstring).
+
+  Every worker must call `any_requested()` at the same step: with several
+  replicas it is a collective (one small all-reduce).
+  """
+
+  def __init__(self, strategy):
+    self.strategy = strategy
+    self._flag_sum = None  # a tf.function, built on first use
+
+  def any_requested(self):
+    """True when any worker (this one included) got SIGTERM."""
+    if self.strategy.num_replicas_in_sync == 1:
+      return requested()
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if self._flag_sum is None:
+      strategy = self.strategy
+
+      @tf.function(autograph=False)
+      def flag_sum(flag):
+        def replica_fn(flag):
+          # identity: a copy on this replica's device (the reduction needs one)
+          return tf.distribute.get_replica_context().all_reduce(
+              tf.distribute.ReduceOp.SUM, tf.identity(flag))
+        return strategy.experimental_local_results(
+            strategy.run(replica_fn, args=(flag,)))[0]
+      self._flag_sum = flag_sum
+    flag = tf.constant(1.0 if requested() else 0.0)
+    return float(self._flag_sum(flag)) > 0
+
+  def consume(self):
+    """Forgets the SIGTERM training stopped on; says where it came from
+    ("" here, " (signal on another worker)" otherwise)."""
+    here = requested()
+    clear()
+    return "" if here else " (signal on another worker)"

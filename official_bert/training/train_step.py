@@ -1,0 +1,183 @@
+"""The training step and the inner loop: what runs per step, what XLA compiles.
+
+One step: forward/backward on each of `gradient_accumulation_steps`
+micro-batches, gradients summed over micro-batches and replicas (one
+all-reduce), clipped by their global norm (`max_grad_norm`, the same on 1 or
+N replicas), applied by the optimizer (a `LossScaleOptimizer` under
+mixed_float16 unscales and skips non-finite steps). The inner loop runs
+`num_steps` of them inside one `tf.function` (`strategy.run` per step) and
+returns the summed losses and metrics.
+
+What XLA compiles:
+- the losses and metrics (except when XLA compiles the whole model anyway:
+  `jit_compile`, TPUs): it fuses the softmax cross-entropy, its gradient and
+  the accuracy's pass over the [B, P, V] logits;
+- with a single replica (not on TPUs), the update (clipping and optimizer),
+  which fuses its element-wise passes over all the weights; with several, the
+  Keras optimizer synchronises replicas (`merge_call`), which a compiled
+  function cannot do;
+- with `jit_compile`, the forward and backward passes (one device per
+  process).
+Which kernels the model itself runs is the model's own choice, made by the
+program that built it: this module traces whatever the model is and imports
+no model code. benchmarks/pretraining_benchmark.py measures the effect of
+each choice; docs/performance.md has the history.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+  """How one step is built (the Trainer's TrainConfig fields of the same names)."""
+  gradient_accumulation_steps: int = 1
+  max_grad_norm: float = 1.0
+  jit_compile: bool = False
+
+
+def is_tpu(strategy):
+  return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def compiles_update(strategy):
+  """Whether the update (clipping + optimizer) runs under XLA (see above)."""
+  return strategy.num_replicas_in_sync == 1 and not is_tpu(strategy)
+
+
+def output_keys(model, loss_fn, metric_fn, element_spec):
+  """loss_fn's and metric_fn's keys, found by tracing them on a symbolic batch.
+
+  `element_spec` is one replica's (inputs, labels) spec. Returns two sorted
+  lists, (loss keys, metric keys).
+  """
+  inputs_spec, labels_spec = element_spec
+  keys = {}
+
+  @tf.function(autograph=False)
+  def probe(inputs, labels):
+    outputs = model(inputs, training=False)
+    keys["loss"] = sorted(loss_fn(labels, outputs))
+    keys["metric"] = sorted(metric_fn(labels, outputs))
+    return 0
+
+  probe.get_concrete_function(inputs_spec, labels_spec)
+  return keys["loss"], keys["metric"]
+
+
+def local_spec(spec):
+  """A distributed dataset's per-replica spec -> one replica's batch spec."""
+  def one(s):
+    if hasattr(s, "_value_specs"):  # PerReplicaSpec
+      s = s._value_specs[0]  # pylint: disable=protected-access
+    return tf.TensorSpec(s.shape, s.dtype)
+  return tf.nest.map_structure(one, spec)
+
+
+def replica_gradients(model, optimizer, losses_and_metrics, batches,
+                      num_replicas):
+  """Per replica: summed gradients and losses/metrics of the micro-batches.
+
+  Each micro-batch's loss is scaled by 1 / (replicas * micro-batches), so the
+  all-reduced sum is the gradient of the global batch's mean loss. Losses are
+  averaged over micro-batches, metrics summed.
+  """
+  variables = model.trainable_variables
+  scale = 1.0 / (num_replicas * len(batches))
+  grads, loss_sums, metric_sums = None, {}, {}
+  for inputs, labels in batches:
+    with tf.GradientTape() as tape:
+      outputs = model(inputs, training=True)
+      losses, metrics = losses_and_metrics(labels, outputs)
+      scaled = optimizer.scale_loss(losses["loss"] * scale)
+    step_grads = [tf.convert_to_tensor(g)
+                  for g in tape.gradient(scaled, variables)]
+    grads = step_grads if grads is None else [
+        a + b for a, b in zip(grads, step_grads)]
+    for key, value in losses.items():
+      loss_sums[key] = loss_sums.get(key, 0.0) + value / len(batches)
+    for key, value in metrics.items():
+      metric_sums[key] = metric_sums.get(key, 0.0) + value
+  return grads, loss_sums, metric_sums
+
+
+def clip_and_apply(optimizer, grads, variables, max_grad_norm):
+  """Clips the (all-reduced) gradients by global norm and applies them.
+
+  Under loss scaling the gradients are still multiplied by the scale, so the
+  limit is too: the clipping is the same with and without it.
+  """
+  if max_grad_norm > 0:
+    limit = max_grad_norm
+    dynamic_scale = getattr(optimizer, "dynamic_scale", None)
+    if dynamic_scale is not None:
+      limit = limit * tf.cast(tf.convert_to_tensor(dynamic_scale), tf.float32)
+    grads, _ = tf.clip_by_global_norm(grads, limit)
+  optimizer.apply(grads, variables)
+
+
+def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
+                    options, keys):
+  """The inner loop: `train_loop(iterator, num_steps) -> (losses, metrics)`.
+
+  A `tf.function` that runs `num_steps` steps (each taking
+  `options.gradient_accumulation_steps` batches from `iterator`), adds 1 to
+  the `step` variable per step and returns the per-step mean losses summed
+  over the steps and the metric sums. `keys` are `output_keys(...)`.
+  """
+  accumulation = options.gradient_accumulation_steps
+  num_replicas = strategy.num_replicas_in_sync
+  loss_keys, metric_keys = keys
+
+  def losses_and_metrics(labels, outputs):
+    return loss_fn(labels, outputs), metric_fn(labels, outputs)
+
+  if not (options.jit_compile or is_tpu(strategy)):
+    # On CPU a BERT-Mini step was ~8% faster with it (docs/performance.md).
+    losses_and_metrics = tf.function(losses_and_metrics, jit_compile=True,
+                                     autograph=False)
+
+  def replica_grads(batches):
+    return replica_gradients(model, optimizer, losses_and_metrics, batches,
+                             num_replicas)
+
+  def apply(grads):
+    clip_and_apply(optimizer, grads, model.trainable_variables,
+                   options.max_grad_norm)
+
+  if options.jit_compile:
+    replica_grads = tf.function(replica_grads, jit_compile=True)
+  if compiles_update(strategy):
+    apply = tf.function(apply, jit_compile=True)
+
+  # Autograph only for the tf.range loop: converting the model and the
+  # Keras optimizer's Python would multiply the tracing time.
+  @tf.autograph.experimental.do_not_convert
+  def replica_step(batches):
+    grads, losses, metrics = replica_grads(batches)
+    if num_replicas > 1:
+      grads = tf.distribute.get_replica_context().all_reduce(
+          tf.distribute.ReduceOp.SUM, grads)
+    apply(grads)
+    return losses, metrics
+
+  def reduce(per_replica, op):
+    return {k: strategy.reduce(op, v, axis=None)
+            for k, v in per_replica.items()}
+
+  @tf.function
+  def train_loop(iterator, num_steps):
+    losses = {k: tf.zeros(()) for k in loss_keys}
+    metrics = {k: tf.zeros(()) for k in metric_keys}
+    for _ in tf.range(num_steps):
+      batches = [next(iterator) for _ in range(accumulation)]
+      step_losses, step_metrics = strategy.run(replica_step, args=(batches,))
+      step_losses = reduce(step_losses, tf.distribute.ReduceOp.MEAN)
+      step_metrics = reduce(step_metrics, tf.distribute.ReduceOp.SUM)
+      losses = {k: losses[k] + step_losses[k] for k in losses}
+      metrics = {k: metrics[k] + step_metrics[k] for k in metrics}
+      step.assign_add(1)
+    return losses, metrics
+
+  return train_loop
