@@ -1,0 +1,204 @@
+"""The package layering of README "Where things are", checked on the source.
+
+Reads every module's imports with `ast` (function-level imports included;
+nothing is imported, so no TensorFlow) and checks the dependency rules:
+
+- the library (official_bert.{modeling,training,data,tasks}) never imports
+  `export` nor a program: programs and exporters sit on top of it;
+- `export` imports only the library, configs and cli: no program
+  (run_*, quickstart, convert_checkpoint, extract_features), so
+  `run_classifier --export_dir` may call the exporter without a cycle;
+- the model (official_bert.modeling) imports only keras, numpy, the standard
+  library, configs and itself: no TensorFlow, so it runs on any Keras backend;
+- the training loop (training/trainer.py, training/train_step.py) imports no
+  model module: the program that builds the model chooses its kernels.
+
+Each rule is also checked against a planted violation, so a checker that
+cannot see an import (a missed node type, a wrong path) fails here.
+"""
+
+import ast
+import os
+import sys
+
+import pytest
+
+from tests import testing
+
+LIBRARY = ("official_bert.modeling", "official_bert.training",
+           "official_bert.data", "official_bert.tasks")
+SHARED = ("official_bert.configs", "official_bert.cli")
+
+
+def _module_name(path):
+  return os.path.relpath(path, testing.ROOT)[:-len(".py")].replace(
+      os.sep, ".").removesuffix(".__init__")
+
+
+def _modules(package):
+  """{module name: path} of every .py file under `package` (a dotted name)."""
+  base = os.path.join(testing.ROOT, *package.split("."))
+  if os.path.isfile(base + ".py"):
+    return {package: base + ".py"}
+  found = {}
+  for dirpath, _, names in os.walk(base):
+    for name in names:
+      if name.endswith(".py"):
+        path = os.path.join(dirpath, name)
+        found[_module_name(path)] = path
+  return found
+
+
+def imports_of_source(source, module, path="<source>"):
+  """Every module name `source` imports (absolute, dotted), at any depth.
+
+  `from a.b import c` yields both `a.b` and `a.b.c` (c may be a module);
+  relative imports are resolved against `module`.
+  """
+  found = set()
+  for node in ast.walk(ast.parse(source, path)):
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        parent = module.split(".")[:-node.level]
+        base = ".".join(parent + ([base] if base else []))
+      found.add(base)
+      found.update(f"{base}.{alias.name}" for alias in node.names)
+  return found
+
+
+def _imports(path):
+  with open(path) as f:
+    return imports_of_source(f.read(), _module_name(path), path)
+
+
+def _within(name, prefixes):
+  return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _programs():
+  """official_bert's programs: top-level modules with a __main__ block."""
+  found = []
+  for name, path in _modules("official_bert").items():
+    with open(path) as f:
+      if (name.count(".") == 1 and
+          'if __name__ == "__main__":' in f.read()):
+        found.append(name)
+  return sorted(found)
+
+
+def library_violations(modules):
+  """(module, import) pairs where the library reaches export or a program."""
+  forbidden = ("export",) + tuple(_programs())
+  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+          if _within(i, forbidden)]
+
+
+def export_violations(modules):
+  """(module, import) pairs where export/ imports official_bert beyond the
+  library, configs and cli."""
+  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+          if _within(i, ("official_bert",)) and i != "official_bert"
+          and not _within(i, LIBRARY + SHARED)]
+
+
+def model_violations(modules):
+  """(module, import) pairs where the model imports beyond keras, numpy, the
+  standard library, configs and official_bert.modeling."""
+  bad = []
+  for m, path in modules.items():
+    for i in sorted(_imports(path)):
+      top = i.split(".")[0]
+      if top in sys.stdlib_module_names or top in ("keras", "numpy"):
+        continue
+      if i == "official_bert" or _within(
+          i, ("official_bert.modeling", "official_bert.configs")):
+        continue
+      bad.append((m, i))
+  return bad
+
+
+def trainer_violations(modules):
+  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+          if _within(i, ("official_bert.modeling",))]
+
+
+def _library():
+  found = {}
+  for package in LIBRARY:
+    found.update(_modules(package))
+  return found
+
+
+def _training_loop():
+  return {m: p for m, p in _modules("official_bert.training").items()
+          if m.endswith((".trainer", ".train_step"))}
+
+
+def test_the_walk_finds_the_packages_and_programs():
+  assert len(_modules("official_bert.modeling")) >= 10
+  assert "official_bert.training.trainer" in _library()
+  assert set(_training_loop()) == {"official_bert.training.trainer",
+                                   "official_bert.training.train_step"}
+  assert {"official_bert.run_pretraining", "official_bert.run_classifier",
+          "official_bert.quickstart", "official_bert.convert_checkpoint",
+          "official_bert.extract_features"} <= set(_programs())
+  assert "official_bert.cli" not in _programs()
+
+
+def test_library_imports_neither_export_nor_programs():
+  assert library_violations(_library()) == []
+
+
+def test_export_imports_no_program():
+  assert export_violations(_modules("export")) == []
+
+
+def test_model_imports_no_tensorflow():
+  assert model_violations(_modules("official_bert.modeling")) == []
+
+
+def test_training_loop_imports_no_model_module():
+  assert trainer_violations(_training_loop()) == []
+
+
+@pytest.mark.parametrize("source, module, expected", [
+    ("def f():\n  from export import serving\n", "official_bert.training.x",
+     "export.serving"),
+    ("import export.saved_model_io as io\n", "official_bert.data.x",
+     "export.saved_model_io"),
+    ("from .. import modeling\n", "official_bert.training.trainer",
+     "official_bert.modeling"),
+    ("from ..modeling import gradients\n", "official_bert.training.trainer",
+     "official_bert.modeling.gradients"),
+])
+def test_imports_are_seen_in_functions_aliases_and_relative_form(
+    source, module, expected):
+  assert expected in imports_of_source(source, module)
+
+
+def test_each_rule_sees_a_planted_violation(tmp_path):
+  def planted(text):
+    path = tmp_path / "planted.py"
+    path.write_text(text)
+    return {"official_bert.training.planted": str(path)}
+
+  assert library_violations(planted(
+      "def f():\n  from export import serving\n"))
+  assert library_violations(planted(
+      "from official_bert import run_classifier\n"))
+  assert export_violations(planted(
+      "from official_bert import run_pretraining\n"))
+  assert not export_violations(planted(
+      "from official_bert.modeling import encoder\n"
+      "from official_bert import configs\n"))
+  assert model_violations(planted("import tensorflow as tf\n"))
+  assert model_violations(planted(
+      "def f():\n  from official_bert.training import trainer\n"))
+  assert not model_violations(planted(
+      "import math\nimport keras\nfrom keras import ops\nimport numpy as np\n"
+      "from official_bert.modeling import gradients\n"))
+  assert trainer_violations(planted(
+      "from official_bert.modeling import gradients\n"))
