@@ -11,6 +11,7 @@ any file `open()` creates (a model server running as another user can read
 them).
 """
 
+import contextlib
 import os
 import sys
 
@@ -53,14 +54,23 @@ def run(main):
   app.run(guarded, flags_parser=_parse_flags)
 
 
-def atomic_write(path, text):
-  """Writes `text` to `path` through a temporary name; umask modes."""
+@contextlib.contextmanager
+def atomic_open(path, mode="w"):
+  """A file to write `path` through: a temporary name beside it, renamed to
+  `path` when the block ends, deleted if it raises. Umask modes (not
+  `tempfile`'s 0600). For outputs written piece by piece."""
   directory = os.path.dirname(path) or "."
   tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
   try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.write(text)
+    with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+      yield f
     os.replace(tmp, path)
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def atomic_write(path, text):
+  """Writes `text` to `path` through a temporary name; umask modes."""
+  with atomic_open(path) as f:
+    f.write(text)

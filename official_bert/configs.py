@@ -11,9 +11,9 @@ are kept in `extra` and written back, so load -> save loses nothing.
 
 import dataclasses
 import json
-import os
-import tempfile
 from typing import Any, Mapping
+
+from official_bert import cli
 
 # Activation names found in bert_config.json files and what they compute.
 # Google's released checkpoints say "gelu", and their TF code computed the
@@ -116,12 +116,8 @@ class BertConfig:
 
   def to_json_file(self, path: str) -> None:
     """Writes the config atomically (temporary file, then rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".bert_config.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-      f.write("\n")
-    os.replace(tmp, path)
+    cli.atomic_write(path, json.dumps(self.to_dict(), indent=2,
+                                      sort_keys=True) + "\n")
 
   def replace(self, **changes) -> "BertConfig":
     return dataclasses.replace(self, **changes)

@@ -26,11 +26,11 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 import time
 
 import numpy as np
 
+from official_bert import cli
 from official_bert.training import checkpoint_names
 from official_bert.training import checkpoints
 from official_bert import configs
@@ -178,10 +178,9 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
   if source.vocab_file:
     target = os.path.join(output_dir, "vocab.txt")
     if os.path.abspath(source.vocab_file) != os.path.abspath(target):
-      fd, tmp = tempfile.mkstemp(dir=output_dir, prefix=".vocab.")
-      os.close(fd)
-      shutil.copyfile(source.vocab_file, tmp)
-      os.replace(tmp, target)
+      with open(source.vocab_file, "rb") as src, cli.atomic_open(
+          target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
   return ConversionResult(prefix, source, len(source.arrays) - len(unused),
                           unused, heads)
 

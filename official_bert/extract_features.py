@@ -28,6 +28,8 @@ import time
 from absl import app
 from absl import flags
 
+from official_bert import cli
+
 FLAGS = flags.FLAGS
 
 
@@ -140,9 +142,8 @@ def main(argv):
 
   directory = os.path.dirname(os.path.abspath(FLAGS.output_file))
   os.makedirs(directory, exist_ok=True)
-  tmp = FLAGS.output_file + ".tmp"
   start, last_report, n = time.time(), time.time(), len(examples)
-  with open(tmp, "w", encoding="utf-8") as f:
+  with cli.atomic_open(FLAGS.output_file) as f:
     for begin in range(0, n, FLAGS.batch_size):
       batch = {k: v[begin:begin + FLAGS.batch_size] for k, v in inputs.items()}
       layer_values, pooled = run(batch)
@@ -164,7 +165,6 @@ def main(argv):
         print(f"{done}/{n} examples, {rate:.1f} examples/s, "
               f"ETA {(n - done) / rate:.0f} s", flush=True)
         last_report = time.time()
-  os.replace(tmp, FLAGS.output_file)
   print(f"Wrote {n} examples (layers {layers}, {config.hidden_size} values "
         f"each) from {prefix} to {FLAGS.output_file} in "
         f"{time.time() - start:.1f} s", flush=True)

@@ -12,6 +12,8 @@ import os
 import re
 import sysconfig
 
+from official_bert import cli
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
 _SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages",
               "__pycache__", "turtledemo", "tkinter", "ensurepip"}
@@ -70,11 +72,9 @@ def write_corpus(path, stdlib=None, max_documents=None):
   Returns (documents, sentences). Written to a temporary name, then renamed.
   """
   num_docs = num_sentences = 0
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
+  with cli.atomic_open(path) as f:
     for sentences in documents(stdlib, max_documents):
       f.write("\n".join(sentences) + "\n\n")
       num_docs += 1
       num_sentences += len(sentences)
-  os.replace(tmp, path)
   return num_docs, num_sentences

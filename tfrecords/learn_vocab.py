@@ -32,6 +32,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from official_bert import cli
+
 # Tokens below this count are not learned (the learner's own default).
 MIN_TOKEN_COUNT = 10
 # Lines per TensorFlow batch when splitting words.
@@ -219,10 +221,7 @@ def main(argv):
                time.time() - learn_start,
                " ".join(vocab[len(reserved_tokens(f.num_unused)):][:40]))
 
-  temporary = f.output_file + ".tmp"
-  with open(temporary, "w", encoding="utf-8") as out:
-    out.write("".join(token + "\n" for token in vocab))
-  os.replace(temporary, f.output_file)
+  cli.atomic_write(f.output_file, "".join(token + "\n" for token in vocab))
   print(f"learn_vocab: wrote {len(vocab)} tokens (asked for at most "
         f"{f.vocab_size}, {len(reserved_tokens(f.num_unused))} special) to "
         f"{f.output_file} from {len(lines)} lines, {sum(counts.values())} "
