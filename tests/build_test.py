@@ -75,54 +75,106 @@ def _project_imports(path):
   return files
 
 
+def file_problems(targets):
+  """Files without a target, files in two targets, targets naming no file."""
+  problems, owners = [], {}
+  for name, target in targets.items():
+    for src in target["srcs"]:
+      if src in owners:
+        problems.append(f"{src} is in both :{owners[src]} and :{name}")
+      owners[src] = name
+  missing = [path for path in _python_files() if path not in owners]
+  if missing:
+    problems.append(f"files without a BUILD target: {missing}")
+  stale = [src for src in owners
+           if not os.path.exists(os.path.join(testing.ROOT, src))]
+  if stale:
+    problems.append(f"BUILD names files that do not exist: {stale}")
+  return problems
+
+
+def kind_problems(targets):
+  """Tests that are not py_test, programs not py_binary, modules not py_library."""
+  problems = []
+  for name, target in targets.items():
+    for src in target["srcs"]:
+      with open(os.path.join(testing.ROOT, src)) as f:
+        is_program = 'if __name__ == "__main__":' in f.read()
+      if src.endswith("_test.py"):
+        kind = "py_test"
+      elif is_program:
+        kind = "py_binary"
+      else:
+        kind = "py_library"
+      if target["kind"] != kind:
+        problems.append(f"{src} should be in a {kind}, is in the "
+                        f"{target['kind']} :{name}")
+  return problems
+
+
+def dep_problems(targets):
+  """Project imports not reachable through the importing target's deps."""
+  problems = []
+  owners = {src: name for name, t in targets.items() for src in t["srcs"]}
+  for name, target in targets.items():
+    local_deps = set()
+    for dep in target["deps"]:
+      if dep.startswith(":"):
+        if dep[1:] not in targets:
+          problems.append(f":{name} depends on unknown target {dep}")
+        local_deps.add(dep[1:])
+    for src in target["srcs"]:
+      for imported in _project_imports(src):
+        owner = owners.get(imported)
+        if owner and owner != name and owner not in local_deps:
+          problems.append(f"{src} imports {imported}; add \":{owner}\" to "
+                          f"the deps of :{name}")
+  return problems
+
+
 @pytest.fixture(scope="module")
 def targets():
   return _load_build()
 
 
 def test_every_python_file_has_exactly_one_target(targets):
-  owners = {}
-  for name, target in targets.items():
-    for src in target["srcs"]:
-      assert src not in owners, f"{src} is in both :{owners[src]} and :{name}"
-      owners[src] = name
-  missing = [path for path in _python_files() if path not in owners]
-  assert not missing, f"files without a BUILD target: {missing}"
-  stale = [src for src in owners if not os.path.exists(os.path.join(testing.ROOT, src))]
-  assert not stale, f"BUILD names files that do not exist: {stale}"
+  assert file_problems(targets) == []
 
 
 def test_tests_are_py_test_and_programs_are_py_binary(targets):
-  for name, target in targets.items():
-    for src in target["srcs"]:
-      with open(os.path.join(testing.ROOT, src)) as f:
-        is_program = 'if __name__ == "__main__":' in f.read()
-      if src.endswith("_test.py"):
-        assert target["kind"] == "py_test", f"{src} should be a py_test, is :{name}"
-      elif is_program:
-        assert target["kind"] == "py_binary", f"{src} is a program (__main__); :{name} should be py_binary"
-      else:
-        assert target["kind"] == "py_library", f"{src} is a module; :{name} should be py_library"
+  assert kind_problems(targets) == []
 
 
 def test_deps_cover_project_imports(targets):
-  owners = {src: name for name, t in targets.items() for src in t["srcs"]}
-  for name, target in targets.items():
-    local_deps = set()
-    for dep in target["deps"]:
-      if dep.startswith(":"):
-        assert dep[1:] in targets, f":{name} depends on unknown target {dep}"
-        local_deps.add(dep[1:])
-    for src in target["srcs"]:
-      for imported in _project_imports(src):
-        owner = owners.get(imported)
-        if owner and owner != name:
-          assert owner in local_deps, (
-              f"{src} imports {imported}; add \":{owner}\" to the deps of :{name}")
+  assert dep_problems(targets) == []
 
 
-def test_the_checker_sees_a_missing_target(tmp_path, targets):
-  # Guard against a checker that passes vacuously: the walk must find files.
-  files = _python_files()
-  assert "tests/build_test.py" in files
-  assert len(targets) >= len(files) // 2
+def test_the_checker_sees_a_missing_target(targets):
+  # A checker that passes vacuously (walks no file, reads no import) fails
+  # here: each planted mutation of the real BUILD must be reported.
+  assert "tests/build_test.py" in _python_files()
+  without = {k: v for k, v in targets.items() if k != "trainer"}
+  assert any("official_bert/training/trainer.py" in p
+             for p in file_problems(without))
+  # The programs importing the trainer now depend on an unknown target.
+  assert any(":run_pretraining depends on unknown target :trainer" in p
+             for p in dep_problems(without))
+
+
+def test_the_checker_sees_a_duplicate_or_stale_source(targets):
+  doubled = dict(targets, extra={"kind": "py_library", "deps": [],
+                                 "srcs": ["official_bert/cli.py",
+                                          "official_bert/gone.py"]})
+  problems = file_problems(doubled)
+  assert any("official_bert/cli.py is in both" in p for p in problems)
+  assert any("official_bert/gone.py" in p for p in problems)
+
+
+def test_the_checker_sees_a_missing_dep_and_a_wrong_kind(targets):
+  trainer = targets["trainer"]
+  mutated = dict(targets, trainer=dict(
+      trainer, kind="py_binary",
+      deps=[d for d in trainer["deps"] if d != ":train_step"]))
+  assert any("official_bert/training/train_step.py" in p and ":trainer" in p
+             for p in dep_problems(mutated))
+  assert any("should be in a py_library" in p for p in kind_problems(mutated))
