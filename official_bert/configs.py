@@ -11,15 +11,21 @@ are kept in `extra` and written back, so load -> save loses nothing.
 
 import dataclasses
 import json
-import os
-import tempfile
+import math
 from typing import Any, Mapping
+
+from official_bert import cli
 
 # Activation names found in bert_config.json files and what they compute.
 # Google's released checkpoints say "gelu", and their TF code computed the
 # tanh approximation; Hugging Face reads "gelu" as the exact erf form. The two
 # differ by < 1e-3 per activation, so either loads a released checkpoint well.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_approximate", "relu", "swish", "silu")
+
+# The epsilon of every LayerNorm in the model (google-research/bert's). A
+# config asking for another one (Hugging Face's `layer_norm_eps`, kept in
+# `extra`) is refused rather than computed with the wrong epsilon.
+LAYER_NORM_EPSILON = 1e-12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +85,13 @@ class BertConfig:
         self.initializer_range <= 0):
       raise ValueError("bert_config: initializer_range must be positive, "
                        f"got {self.initializer_range!r}")
+    epsilon = self.extra.get("layer_norm_eps", LAYER_NORM_EPSILON)
+    if not isinstance(epsilon, (int, float)) or not math.isclose(
+        epsilon, LAYER_NORM_EPSILON, rel_tol=1e-6):
+      raise ValueError(f"bert_config: layer_norm_eps {epsilon!r} is not "
+                       f"supported; the model's LayerNorms use BERT's "
+                       f"{LAYER_NORM_EPSILON} (remove the key or set it to "
+                       f"{LAYER_NORM_EPSILON})")
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any]) -> "BertConfig":
@@ -116,12 +129,9 @@ class BertConfig:
 
   def to_json_file(self, path: str) -> None:
     """Writes the config atomically (temporary file, then rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".bert_config.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-      f.write("\n")
-    os.replace(tmp, path)
+    # cli.atomic_write: umask modes (tempfile.mkstemp would make it 0600).
+    cli.atomic_write(path, json.dumps(self.to_dict(), indent=2,
+                                      sort_keys=True) + "\n")
 
   def replace(self, **changes) -> "BertConfig":
     return dataclasses.replace(self, **changes)
