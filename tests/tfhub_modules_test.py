@@ -7,6 +7,7 @@ original (no absolute paths may survive), then every test loads the copy.
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -196,6 +197,20 @@ def test_hub_keras_layer_fine_tunes(exported):
   changed = [np.abs(b - w.numpy()).max() > 0
              for b, w in zip(before, encoder.trainable_weights)]
   assert all(changed)
+
+
+def test_readme_loading_snippet_runs_as_written(exported):
+  """The README's TF-Hub loading snippet, run in a fresh Python (where
+  tensorflow_text is not imported yet), with /tmp/bert_hub replaced by the
+  fixture's export. Bug caught: the snippet without `import tensorflow_text`
+  (Op type not registered 'TFText>RoundRobinTrim') or without `tf`."""
+  with open(os.path.join(testing.ROOT, "README.md"), encoding="utf-8") as f:
+    blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+  snippet, = [b for b in blocks if 'hub.KerasLayer("/tmp/bert_hub/' in b]
+  snippet = snippet.replace("/tmp/bert_hub",
+                            os.path.dirname(exported["encoder"]))
+  proc = testing.run_cli(["-c", snippet + "\nprint(sorted(outputs))\n"])
+  assert "pooled_output" in proc.stdout.strip().splitlines()[-1]
 
 
 def test_keras3_tfsmlayer_loads_modules(exported):
