@@ -104,10 +104,11 @@ def _quiet_restore(prefix):
       gc.collect()
     finally:
       logger.setLevel(level)
-    if isinstance(e, tf.errors.OpError):
+    # TF's checkpoint reader raises IndexError on a truncated data file.
+    if isinstance(e, (tf.errors.OpError, IndexError)):
       raise ValueError(f"cannot read checkpoint {prefix}: "
-                       f"{_first_line(e.message)}; pass a complete checkpoint "
-                       "(--init_checkpoint)") from None
+                       f"{_first_line(getattr(e, 'message', e))}; pass a "
+                       "complete checkpoint (--init_checkpoint)") from None
     raise
 
 
@@ -142,7 +143,12 @@ def _check_layer_count(names, config, prefix, bert_config_file):
 
 def check_vocab(vocab_file, vocab_size):
   """Loads the vocab (clear errors) and checks it fits `vocab_size` ids."""
-  vocab = tokenization.load_vocab(vocab_file)
+  try:
+    vocab = tokenization.load_vocab(vocab_file)
+  except (tf.errors.OpError, OSError) as e:  # a directory, unreadable
+    raise ValueError(f"cannot read vocab_file {vocab_file}: "
+                     f"{_first_line(getattr(e, 'message', e))}; pass the "
+                     "model's vocab.txt") from None
   if len(vocab) > vocab_size:
     raise ValueError(
         f"vocab_file {vocab_file} has {len(vocab)} tokens but the model's "

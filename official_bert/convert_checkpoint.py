@@ -245,10 +245,11 @@ def main(argv):
   except OSError as e:
     raise cli.Error(f"cannot read or write {e.filename}: {e.strerror}; check "
                     "--source and --output_dir") from None
-  except tf.errors.OpError as e:  # a truncated or corrupted checkpoint
+  except (tf.errors.OpError, IndexError) as e:  # truncated or corrupted
+    message = str(getattr(e, "message", e)).strip().splitlines()
     raise cli.Error(f"cannot read --source {FLAGS.source}: "
-                    f"{e.message.strip().splitlines()[0][:300]}; pass a "
-                    "complete checkpoint") from None
+                    f"{message[0][:300] if message else type(e).__name__}; "
+                    "pass a complete checkpoint") from None
   source = result.source
   logging.info("config: %s", json.dumps(source.config.to_dict(), sort_keys=True))
   if source.ignored:

@@ -8,6 +8,7 @@ dump (app.run + sys.exit instead of cli.run); a half-written export.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -65,3 +66,20 @@ def test_config_that_does_not_fit_is_the_last_line(checkpoint, program):
                  for line in lines), proc.stdout
   assert "Traceback" not in proc.stdout and "USAGE" not in proc.stdout
   assert not out.exists() or os.listdir(out) == []
+
+
+def test_truncated_checkpoint_and_unreadable_vocab_are_one_sentence(
+    checkpoint, tmp_path):
+  """Bugs caught: TF's IndexError / FailedPreconditionError escaping as a
+  traceback (the CLIs turn ValueError into the last-line sentence)."""
+  from export import saved_model_io  # pylint: disable=g-import-not-at-top
+  shutil.copytree(checkpoint / "ckpt", tmp_path / "trunc")
+  data = tmp_path / "trunc" / "ckpt-1.data-00000-of-00001"
+  with open(data, "r+b") as f:
+    f.truncate(os.path.getsize(data) // 2)
+  with pytest.raises(ValueError, match="cannot read checkpoint .*trunc/ckpt-1: "
+                     ".*; pass a complete checkpoint"):
+    saved_model_io.load_pretrained(str(checkpoint / "bert_config.json"),
+                                   str(tmp_path / "trunc" / "ckpt-1"))
+  with pytest.raises(ValueError, match="cannot read vocab_file .*Is a directory"):
+    saved_model_io.check_vocab(str(tmp_path), testing.VOCAB_SIZE)
