@@ -81,6 +81,9 @@ def restore_encoder(encoder, path):
     status = root.read(prefix)
     status.expect_partial()
     status.assert_existing_objects_matched()
+  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
+    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
+                     "pass a complete checkpoint (--init_checkpoint)") from None
   except (AssertionError, ValueError) as e:
     raise ValueError(f"checkpoint {prefix} does not match the encoder's "
                      f"config (check bert_config_file): {_first_line(e)}") from None
@@ -106,6 +109,9 @@ def restore_model(model, path):
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()
     status.assert_existing_objects_matched()
+  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
+    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
+                     "pass a complete checkpoint (--init_checkpoint)") from None
   except (AssertionError, ValueError) as e:
     raise ValueError(f"checkpoint {prefix} does not match the model "
                      f"(check bert_config_file): {_first_line(e)}") from None
