@@ -16,15 +16,13 @@ Fine-tuned classifiers are exported from Python with
 """
 
 import json
-import os
-import sys
 import time
 
-from absl import app
 from absl import flags
 
 from export import saved_model_io
 from export import serving
+from official_bert import cli
 
 _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",
@@ -46,10 +44,9 @@ def main(argv):
         version=FLAGS.version,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
-  except ValueError as e:
-    # One sentence naming the file or flag, not a traceback or the usage.
-    print(f"export_saved_model: error: {e}", file=sys.stderr, flush=True)
-    sys.exit(1)
+  except (ValueError, OSError) as e:
+    # One sentence naming the file or flag, as the last line printed.
+    raise cli.Error(saved_model_io.sentence(e)) from None
   ops = saved_model_io.op_types(path)
   if ops["other"]:
     print(f"WARNING: ops outside core TF and TF Text: {ops['other']}",
@@ -73,8 +70,9 @@ def define_flags():
   flags.DEFINE_bool("text_pair", False,
                     "serving_default also takes text_b (sentence pairs).")
   flags.mark_flag_as_required("export_dir")
+  flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

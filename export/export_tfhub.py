@@ -14,14 +14,13 @@ Each directory appears only when complete.
 
 import json
 import os
-import sys
 import time
 
-from absl import app
 from absl import flags
 
 from export import saved_model_io
 from export import tfhub_modules
+from official_bert import cli
 
 
 def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,
@@ -77,10 +76,9 @@ def main(argv):
         FLAGS.export_dir, FLAGS.do_lower_case, FLAGS.seq_length,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
-  except ValueError as e:
-    # One sentence naming the file or flag, not a traceback or the usage.
-    print(f"export_tfhub: error: {e}", file=sys.stderr, flush=True)
-    sys.exit(1)
+  except (ValueError, OSError) as e:
+    # One sentence naming the file or flag, as the last line printed.
+    raise cli.Error(saved_model_io.sentence(e)) from None
   ops = saved_model_io.op_types(preprocessor_path)
   print(f"Wrote encoder {encoder_path} ({'with' if has_mlm else 'without'} "
         f".mlm) and preprocessor {preprocessor_path} (seq_length "
@@ -100,8 +98,9 @@ def define_flags():
   flags.DEFINE_integer("seq_length", tfhub_modules.DEFAULT_SEQ_LENGTH,
                        "Length the preprocessor packs to by default.")
   flags.mark_flag_as_required("export_dir")
+  flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

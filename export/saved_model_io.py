@@ -12,10 +12,13 @@
   * `define_model_flags()`: the command-line flags naming the model to export.
 """
 
+import contextlib
+import gc
 import glob
+import logging
 import os
+import secrets
 import shutil
-import tempfile
 
 from absl import flags
 import tensorflow as tf
@@ -60,7 +63,12 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
   """
   config = configs.BertConfig.from_json_file(bert_config_file)
   prefix = checkpoints.resolve(init_checkpoint)
-  names = list(tf.train.load_checkpoint(prefix).get_variable_to_shape_map())
+  try:
+    names = list(tf.train.load_checkpoint(prefix).get_variable_to_shape_map())
+  except tf.errors.OpError as e:  # truncated, corrupted, unreadable
+    raise ValueError(f"cannot read checkpoint {prefix}: "
+                     f"{_first_line(e.message)}; pass a complete checkpoint "
+                     "(--init_checkpoint)") from None
   _check_layer_count(names, config, prefix, bert_config_file)
   # An official_bert pretraining checkpoint or google-research/bert's TF1
   # bert_model.ckpt (original names) carries the masked-LM head.
@@ -68,11 +76,53 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
              any(n.startswith("model/cls_predictions/") for n in names))
   model = pretrainer_lib.BertPretrainer.from_bert_config(
       config, use_next_sentence=False)
-  if with_mlm and has_mlm:
-    checkpoints.restore_model(model, prefix)
-    return model.encoder, model.cls_predictions
-  checkpoints.restore_encoder(model.encoder, prefix)
-  return model.encoder, None
+  with _quiet_restore(prefix):
+    if with_mlm and has_mlm:
+      checkpoints.restore_model(model, prefix)
+      return model.encoder, model.cls_predictions
+    checkpoints.restore_encoder(model.encoder, prefix)
+    return model.encoder, None
+
+
+@contextlib.contextmanager
+def _quiet_restore(prefix):
+  """Silences TF's restore warnings when a restore fails; names the file.
+
+  A restore that raises (a config that does not fit the checkpoint) leaves a
+  `tf.train.Checkpoint` with unrestored values; when it is collected TF logs
+  one "Value in checkpoint could not be found" warning per variable, after
+  the error a user should read last. Collect it here, with TF's logger muted.
+  """
+  try:
+    yield
+  except BaseException as e:
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+      e.__traceback__ = None
+      gc.collect()
+    finally:
+      logger.setLevel(level)
+    # TF's checkpoint reader raises IndexError on a truncated data file.
+    if isinstance(e, (tf.errors.OpError, IndexError)):
+      raise ValueError(f"cannot read checkpoint {prefix}: "
+                       f"{_first_line(getattr(e, 'message', e))}; pass a "
+                       "complete checkpoint (--init_checkpoint)") from None
+    raise
+
+
+def _first_line(text):
+  lines = str(text).strip().splitlines()
+  return lines[0][:300] if lines else ""
+
+
+def sentence(error):
+  """The one sentence a program prints for a ValueError or OSError."""
+  if isinstance(error, OSError) and error.filename is not None:
+    return (f"cannot write or read {error.filename}: {error.strerror}; check "
+            "the path and its permissions")
+  return str(error)
 
 
 def _check_layer_count(names, config, prefix, bert_config_file):
@@ -93,7 +143,12 @@ def _check_layer_count(names, config, prefix, bert_config_file):
 
 def check_vocab(vocab_file, vocab_size):
   """Loads the vocab (clear errors) and checks it fits `vocab_size` ids."""
-  vocab = tokenization.load_vocab(vocab_file)
+  try:
+    vocab = tokenization.load_vocab(vocab_file)
+  except (tf.errors.OpError, OSError) as e:  # a directory, unreadable
+    raise ValueError(f"cannot read vocab_file {vocab_file}: "
+                     f"{_first_line(getattr(e, 'message', e))}; pass the "
+                     "model's vocab.txt") from None
   if len(vocab) > vocab_size:
     raise ValueError(
         f"vocab_file {vocab_file} has {len(vocab)} tokens but the model's "
@@ -123,8 +178,11 @@ def atomic_save(obj, export_path, signatures=None, after_save=None):
   os.makedirs(parent, exist_ok=True)
   # Hidden and non-numeric, so neither TF Serving's version scan nor a
   # reader looking for `export_path` mistakes it for a finished export.
-  tmp = tempfile.mkdtemp(dir=parent,
-                         prefix=f".{os.path.basename(export_path)}.tmp-")
+  # os.mkdir, not tempfile.mkdtemp: the export gets the umask's modes (a
+  # model server running as another user reads it), not mkdtemp's 0700.
+  tmp = os.path.join(parent, f".{os.path.basename(export_path)}.tmp-"
+                     f"{os.getpid()}-{secrets.token_hex(4)}")
+  os.mkdir(tmp)
   try:
     tf.saved_model.save(obj, tmp, signatures=signatures)
     if after_save is not None:

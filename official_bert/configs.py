@@ -11,6 +11,7 @@ are kept in `extra` and written back, so load -> save loses nothing.
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping
 
 from official_bert import cli
@@ -20,6 +21,11 @@ from official_bert import cli
 # tanh approximation; Hugging Face reads "gelu" as the exact erf form. The two
 # differ by < 1e-3 per activation, so either loads a released checkpoint well.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_approximate", "relu", "swish", "silu")
+
+# The epsilon of every LayerNorm in the model (google-research/bert's). A
+# config asking for another one (Hugging Face's `layer_norm_eps`, kept in
+# `extra`) is refused rather than computed with the wrong epsilon.
+LAYER_NORM_EPSILON = 1e-12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +85,13 @@ class BertConfig:
         self.initializer_range <= 0):
       raise ValueError("bert_config: initializer_range must be positive, "
                        f"got {self.initializer_range!r}")
+    epsilon = self.extra.get("layer_norm_eps", LAYER_NORM_EPSILON)
+    if not isinstance(epsilon, (int, float)) or not math.isclose(
+        epsilon, LAYER_NORM_EPSILON, rel_tol=1e-6):
+      raise ValueError(f"bert_config: layer_norm_eps {epsilon!r} is not "
+                       f"supported; the model's LayerNorms use BERT's "
+                       f"{LAYER_NORM_EPSILON} (remove the key or set it to "
+                       f"{LAYER_NORM_EPSILON})")
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any]) -> "BertConfig":
@@ -116,6 +129,7 @@ class BertConfig:
 
   def to_json_file(self, path: str) -> None:
     """Writes the config atomically (temporary file, then rename)."""
+    # cli.atomic_write: umask modes (tempfile.mkstemp would make it 0600).
     cli.atomic_write(path, json.dumps(self.to_dict(), indent=2,
                                       sort_keys=True) + "\n")
 

@@ -24,6 +24,7 @@ and shape mismatches; tensors the model has no place for are listed.
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import time
@@ -121,6 +122,12 @@ def config_from_hf(config_path):
   if position != "absolute":
     raise ValueError(f"{config_path}: position_embedding_type {position!r} "
                      "is not BERT's; only 'absolute' converts")
+  epsilon = values.get("layer_norm_eps", configs.LAYER_NORM_EPSILON)
+  if not math.isclose(epsilon, configs.LAYER_NORM_EPSILON, rel_tol=1e-6):
+    raise ValueError(f"{config_path}: layer_norm_eps is {epsilon}; the model "
+                     f"computes LayerNorm with BERT's "
+                     f"{configs.LAYER_NORM_EPSILON}, so only "
+                     f"layer_norm_eps={configs.LAYER_NORM_EPSILON} converts")
   keys = [f.name for f in dataclasses.fields(configs.BertConfig)
           if f.name != "extra"]
   missing = [key for key in keys if key not in values]
@@ -145,8 +152,9 @@ def read_source(path, bert_config_file=None, vocab_file=None):
 def build_model(source):
   """A `BertPretrainer` holding the source's weights; returns (model, unused, heads).
 
-  A source without the MLM head (e.g. HF `BertModel`) fills the encoder and
-  leaves the pretraining heads at their initialisation (said in `heads`).
+  A source without the MLM head (e.g. HF `BertModel`) fills the encoder
+  only; `convert` then writes the encoder alone, so no tool mistakes the
+  untrained heads for trained ones (an exporter would add `.mlm`).
   """
   arrays = source.arrays
   has_mlm = any(name.startswith("cls/predictions/") for name in arrays)
@@ -160,7 +168,8 @@ def build_model(source):
                                          else "")
   else:
     unused = checkpoint_names.assign_original(model.encoder, arrays, what)
-    heads = "encoder only (pretraining heads left at their initialisation)"
+    heads = ("encoder only: the source has no pretraining heads, none "
+             "written")
   return model, unused, heads
 
 
@@ -171,9 +180,20 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
   os.makedirs(output_dir, exist_ok=True)
   # The checkpoint files appear complete (TF writes then renames); the
   # index file that makes the directory resolvable is written after them.
-  prefix = checkpoints.save_model(model, os.path.join(output_dir, PREFIX_NAME))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.compat.v1.train.update_checkpoint_state(output_dir, prefix)
+  if heads.startswith("encoder only"):
+    # `model/encoder/...` as in a pretraining checkpoint, without the heads:
+    # restore_encoder reads it, restore_model initialises the heads.
+    prefix = tf.train.Checkpoint(model=tf.train.Checkpoint(
+        encoder=model.encoder)).write(os.path.join(output_dir, PREFIX_NAME))
+  else:
+    prefix = checkpoints.save_model(model,
+                                    os.path.join(output_dir, PREFIX_NAME))
+  # The `checkpoint` index (text proto) with a relative path, so the
+  # directory can be moved or copied.
+  cli.atomic_write(os.path.join(output_dir, "checkpoint"),
+                   f'model_checkpoint_path: "{PREFIX_NAME}"\n'
+                   f'all_model_checkpoint_paths: "{PREFIX_NAME}"\n')
   source.config.to_json_file(os.path.join(output_dir, "bert_config.json"))
   if source.vocab_file:
     target = os.path.join(output_dir, "vocab.txt")
@@ -211,12 +231,20 @@ def main(argv):
   from absl import logging  # pylint: disable=g-import-not-at-top
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
   start = time.time()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     result = convert(FLAGS.source, FLAGS.output_dir, FLAGS.bert_config_file,
                      FLAGS.vocab_file)
   except ValueError as e:
-    print(f"convert_checkpoint: error: {e}")
-    raise SystemExit(1) from None
+    raise cli.Error(str(e)) from None
+  except OSError as e:
+    raise cli.Error(f"cannot read or write {e.filename}: {e.strerror}; check "
+                    "--source and --output_dir") from None
+  except (tf.errors.OpError, IndexError) as e:  # truncated or corrupted
+    message = str(getattr(e, "message", e)).strip().splitlines()
+    raise cli.Error(f"cannot read --source {FLAGS.source}: "
+                    f"{message[0][:300] if message else type(e).__name__}; "
+                    "pass a complete checkpoint") from None
   source = result.source
   logging.info("config: %s", json.dumps(source.config.to_dict(), sort_keys=True))
   if source.ignored:
@@ -250,6 +278,5 @@ def _define_flags():
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
   _define_flags()
-  app.run(main)
+  cli.run(main)

@@ -82,16 +82,55 @@ def _assert_same_numbers(output_dir, reference):
 
 
 def test_hugging_face_safetensors_cli_gives_the_same_numbers(
-    hf_model, reference, tmp_path):
+    hf_model, reference, tmp_path, caplog):
   source = _hf_dir(hf_model, tmp_path / "hf")
   assert os.path.exists(os.path.join(source, "model.safetensors"))
   out = tmp_path / "converted"
-  proc = testing.run_cli(["-m", "official_bert.convert_checkpoint",
-                          f"--source={source}", f"--output_dir={out}"])
+  umask = os.umask(0o022)  # Inherited by the CLI.
+  try:
+    proc = testing.run_cli(["-m", "official_bert.convert_checkpoint",
+                            f"--source={source}", f"--output_dir={out}"])
+  finally:
+    os.umask(umask)
   assert "converted hf" in proc.stdout and "next-sentence head" in proc.stdout
-  _assert_same_numbers(str(out), reference)
-  with open(out / "vocab.txt") as f:
+  # Umask modes (a model server running as another user reads them), not
+  # tempfile's 0600.
+  modes = {name: oct(os.stat(out / name).st_mode & 0o777)
+           for name in os.listdir(out)}
+  assert set(modes.values()) == {"0o644"}, modes
+  # The index is relative: a moved directory resolves without TF's
+  # "ERROR:tensorflow:Couldn't match files for checkpoint".
+  with open(out / "checkpoint") as f:
+    assert str(tmp_path) not in f.read()
+  shutil.move(str(out), str(tmp_path / "moved"))
+  with caplog.at_level("WARNING"):
+    _assert_same_numbers(str(tmp_path / "moved"), reference)
+  assert not [r for r in caplog.records if r.levelname == "ERROR"], (
+      caplog.text)
+  with open(tmp_path / "moved" / "vocab.txt") as f:
     assert f.read().split("\n")[:2] == VOCAB_LINES[:2]
+
+
+def test_layer_norm_eps_other_than_berts_is_refused(hf_model, tmp_path):
+  source = _hf_dir(hf_model, tmp_path / "hf")
+  assert hf_model.config.layer_norm_eps == 1e-12  # The saved one converts.
+  convert_checkpoint.config_from_hf(os.path.join(source, "config.json"))
+  hf_model.config.to_json_file(os.path.join(source, "config.json"))
+  with open(os.path.join(source, "config.json")) as f:
+    text = f.read()
+  with open(os.path.join(source, "config.json"), "w") as f:
+    f.write(text.replace('"layer_norm_eps": 1e-12', '"layer_norm_eps": 1e-05'))
+  with pytest.raises(ValueError, match=re.escape(
+      "layer_norm_eps is 1e-05; the model computes LayerNorm with BERT's "
+      "1e-12")):
+    convert_checkpoint.convert(source, str(tmp_path / "out"))
+  assert not os.path.exists(tmp_path / "out")
+  # The same key in a bert_config.json (kept in `extra`) is refused too.
+  with pytest.raises(ValueError, match="layer_norm_eps 1e-05 is not supported"):
+    configs.BertConfig.from_dict({**testing.tiny_config().to_dict(),
+                                  "layer_norm_eps": 1e-5})
+  configs.BertConfig.from_dict({**testing.tiny_config().to_dict(),
+                                "layer_norm_eps": 1e-12})
 
 
 def test_tf1_checkpoint_with_original_names_gives_the_same_numbers(
@@ -141,6 +180,19 @@ def test_pytorch_bin_and_bert_model_without_prefix(hf_model, reference,
   hf_model.bert.save_pretrained(bare)
   result = convert_checkpoint.convert(str(bare), str(tmp_path / "bare_out"))
   assert result.heads.startswith("encoder only")
+  # No untrained heads are written: an exporter adds no `.mlm`, and
+  # pretraining from it initialises the heads.
+  names = tf.train.load_checkpoint(str(tmp_path / "bare_out")).get_variable_to_shape_map()
+  assert not [name for name in names if name.startswith("model/cls")]
+  from export import saved_model_io  # pylint: disable=g-import-not-at-top
+  _, mlm_head = saved_model_io.load_pretrained(
+      str(tmp_path / "bare_out" / "bert_config.json"), str(tmp_path / "bare_out"))
+  assert mlm_head is None
+  pretrainer = pretrainer_lib.BertPretrainer.from_bert_config(
+      testing.tiny_config())
+  checkpoints.restore_model(pretrainer, str(tmp_path / "bare_out"))
+  np.testing.assert_allclose(pretrainer.encoder(reference[0])["pooled_output"],
+                             reference[1]["pooled_output"], atol=ATOL)
   encoder = pretrainer_lib.BertPretrainer.from_bert_config(
       testing.tiny_config()).encoder
   checkpoints.restore_encoder(encoder, str(tmp_path / "bare_out"))
@@ -160,13 +212,15 @@ def test_config_mismatch_is_one_sentence_cli_error(hf_model, tmp_path):
       str(wrong))
   proc = testing.run_cli(["-m", "official_bert.convert_checkpoint",
                           f"--source={prefix}", f"--bert_config_file={wrong}",
-                          f"--output_dir={tmp_path / 'out'}"], check=False)
+                          f"--output_dir={tmp_path / 'out'}"], check=False,
+                         merge_stderr=True)
   assert proc.returncode == 1
   lines = proc.stdout.strip().splitlines()
-  assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stdout
-  assert "missing tensors ['bert/encoder/layer_2/" in lines[0]
+  assert "Traceback" not in proc.stdout, proc.stdout
+  assert lines[-1].startswith("convert_checkpoint: error: "), proc.stdout
+  assert "missing tensors ['bert/encoder/layer_2/" in lines[-1]
   assert ("bert/encoder/layer_0/intermediate/dense/kernel: tf1 weights "
-          f"{prefix} has (32, 37), model expects (32, 41)") in lines[0]
+          f"{prefix} has (32, 37), model expects (32, 41)") in lines[-1]
   assert not os.path.exists(tmp_path / "out")
   # The right config converts, listing the tensor it has no place for.
   result = convert_checkpoint.convert(prefix, str(tmp_path / "ok"))

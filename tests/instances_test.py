@@ -163,6 +163,15 @@ def test_replacement_ratios_and_random_next_fraction(corpus):
   assert abs(as_mask - 0.8) < 0.005
   assert abs(kept - 0.1) < 0.005
   assert abs(1 - as_mask - kept - 0.1) < 0.005
+  # The 10% random branch draws uniformly over the whole vocabulary (a
+  # constant id, or ids from a corner of it, would pass the ratios above).
+  replaced = masked[(masked != MASK) & (masked != originals)]
+  n, v = len(replaced), len(vocab)
+  expected_distinct = v * (1 - np.exp(-n / v))
+  assert len(np.unique(replaced)) > 0.95 * expected_distinct
+  assert abs(replaced.mean() / ((v - 1) / 2) - 1) < 0.03
+  quarters = np.bincount(replaced * 4 // v, minlength=4) / n
+  np.testing.assert_allclose(quarters, 0.25, atol=0.02)
   # About half random next: the original gives 54.9% on this corpus (the
   # spread over seeds is about +-1.5%: the target length is drawn per
   # document, and documents are long).

@@ -112,23 +112,21 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
   assert (predicted == np.array([l for _, l in rows["test"]])).mean() >= 0.7
 
   # Eval/predict only: the run restores the fine-tuned checkpoint from
-  # output_dir (the trainer's resume) and reproduces the numbers.
-  # With the export helper's serving exporter present, it also exports.
-  export = os.path.exists(os.path.join(testing.ROOT, "export", "serving.py"))
+  # output_dir (the trainer's resume), reproduces the numbers and exports.
   again = testing.run_cli(_flags(
       task, out, config, "--do_eval", "--do_predict", "--eval_batch_size=13",
-      *([f"--export_dir={tmp_path / 'serving'}"] if export else [])))
+      f"--export_dir={tmp_path / 'serving'}"))
   assert "Resumed from" in again.stdout and "ckpt-112" in again.stdout
   second = _results(out / "eval_results.txt")
   for key in results:
     assert second[key] == pytest.approx(results[key], abs=1e-5), key
-  if export:  # Raw text in, the same probabilities out.
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-    served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
-    out_probs = served.signatures["serving_default"](
-        text=tf.constant([s for s, _ in rows["test"]]))["probabilities"]
-    np.testing.assert_allclose(out_probs.numpy(), probabilities, atol=1e-5)
+  # Raw text in, the same probabilities out.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
+  out_probs = served.signatures["serving_default"](
+      text=tf.constant([s for s, _ in rows["test"]]))["probabilities"]
+  np.testing.assert_allclose(out_probs.numpy(), probabilities, atol=1e-5)
 
 
 @pytest.mark.parametrize("files, match", [

@@ -46,20 +46,30 @@ def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
 
 
 def require_shared_data():
-  """Skip (with the reason) when ../shared/data is not beside the checkout."""
+  """Skip (with the reason) when ../shared/data is not beside the checkout;
+  under CI=true fail instead, so CI cannot pass by skipping these tests."""
   if not (os.path.exists(CORPUS) and os.path.exists(VOCAB)):
-    pytest.skip(f"shared data not found at {SHARED_DATA}")
+    message = f"shared data not found at {SHARED_DATA}"
+    if os.environ.get("CI", "").lower() == "true":
+      pytest.fail(f"{message} (CI=true: tests needing it must run)")
+    pytest.skip(message)
 
 
-def run_cli(args, timeout=600, env=None, check=True):
-  """Runs `python <args>` from the repo root as a real subprocess."""
+def run_cli(args, timeout=600, env=None, check=True, merge_stderr=False):
+  """Runs `python <args>` from the repo root as a real subprocess.
+
+  With `merge_stderr`, stderr goes into `stdout` in the order printed (to
+  check what a user sees last)."""
   full_env = dict(os.environ)
   full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
   if env:
     full_env.update(env)
   proc = subprocess.run([sys.executable] + list(args), cwd=ROOT, env=full_env,
-                        capture_output=True, text=True, timeout=timeout)
+                        stdout=subprocess.PIPE,
+                        stderr=(subprocess.STDOUT if merge_stderr
+                                else subprocess.PIPE),
+                        text=True, timeout=timeout)
   if check and proc.returncode != 0:
     raise AssertionError(
         f"command failed ({proc.returncode}): {' '.join(args)}\n"

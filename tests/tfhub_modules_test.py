@@ -6,7 +6,11 @@ original (no absolute paths may survive), then every test loads the copy.
 """
 
 import os
+import pwd
+import re
 import shutil
+import subprocess
+import tempfile
 
 import numpy as np
 import pytest
@@ -32,11 +36,16 @@ def exported(tmp_path_factory):
   model.cls_predictions.output_bias.assign(
       np.linspace(-1, 1, testing.VOCAB_SIZE).astype(np.float32))
   checkpoints.save_model(model, str(root / "ckpt" / "ckpt-1"))
-  proc = testing.run_cli([
-      "-m", "export.export_tfhub",
-      f"--bert_config_file={root / 'bert_config.json'}",
-      f"--init_checkpoint={root / 'ckpt' / 'ckpt-1'}", f"--vocab_file={VOCAB}",
-      f"--export_dir={root / 'original'}", f"--seq_length={SEQ_LENGTH}"])
+  umask = os.umask(0o022)  # Inherited by the CLI: modes 0755 / 0644.
+  try:
+    proc = testing.run_cli([
+        "-m", "export.export_tfhub",
+        f"--bert_config_file={root / 'bert_config.json'}",
+        f"--init_checkpoint={root / 'ckpt' / 'ckpt-1'}",
+        f"--vocab_file={VOCAB}", f"--export_dir={root / 'original'}",
+        f"--seq_length={SEQ_LENGTH}"])
+  finally:
+    os.umask(umask)
   assert "with .mlm" in proc.stdout and "TF Text" in proc.stdout
   shutil.copytree(root / "original", root / "moved")
   shutil.rmtree(root / "original")
@@ -190,6 +199,20 @@ def test_hub_keras_layer_fine_tunes(exported):
   assert all(changed)
 
 
+def test_readme_loading_snippet_runs_as_written(exported):
+  """The README's TF-Hub loading snippet, run in a fresh Python (where
+  tensorflow_text is not imported yet), with /tmp/bert_hub replaced by the
+  fixture's export. Bug caught: the snippet without `import tensorflow_text`
+  (Op type not registered 'TFText>RoundRobinTrim') or without `tf`."""
+  with open(os.path.join(testing.ROOT, "README.md"), encoding="utf-8") as f:
+    blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+  snippet, = [b for b in blocks if 'hub.KerasLayer("/tmp/bert_hub/' in b]
+  snippet = snippet.replace("/tmp/bert_hub",
+                            os.path.dirname(exported["encoder"]))
+  proc = testing.run_cli(["-c", snippet + "\nprint(sorted(outputs))\n"])
+  assert "pooled_output" in proc.stdout.strip().splitlines()[-1]
+
+
 def test_keras3_tfsmlayer_loads_modules(exported):
   import keras  # pylint: disable=g-import-not-at-top
   encoder = keras.layers.TFSMLayer(exported["encoder"],
@@ -220,6 +243,45 @@ def test_bad_export_inputs_give_one_clear_error(exported, tmp_path):
     saved_model_io.check_vocab(str(tmp_path / "missing.txt"), 99)
   with pytest.raises(ValueError, match="has 99 tokens but"):
     saved_model_io.check_vocab(VOCAB, 50)
+
+
+def test_export_is_readable_by_another_user(exported):
+  """TF Serving in a container usually runs as another user. Bug caught:
+  tempfile.mkdtemp's 0700 (or mkstemp's 0600) surviving the rename."""
+  moved = os.path.dirname(exported["encoder"])  # copytree kept the modes
+  modes = set()
+  for directory, _, files in os.walk(moved):
+    modes.add(("dir", oct(os.stat(directory).st_mode & 0o777)))
+    modes.update(("file", oct(os.stat(os.path.join(directory, name)).st_mode
+                              & 0o777)) for name in files)
+  assert modes == {("dir", "0o755"), ("file", "0o644")}, modes
+  if os.getuid() != 0:
+    return
+  # As `nobody`: list every directory and read every file of a copy in a
+  # directory everyone may enter (pytest's tmp root is 0700).
+  public = tempfile.mkdtemp()
+  try:
+    os.chmod(public, 0o755)
+    shutil.copytree(moved, os.path.join(public, "hub"))
+    nobody = pwd.getpwnam("nobody")
+
+    def as_nobody():
+      os.setgid(nobody.pw_gid)
+      os.setgroups([])
+      os.setuid(nobody.pw_uid)
+
+    # `ls` and `cat`: the venv's Python lives under /root, closed to nobody.
+    directories, files = [], []
+    for directory, _, names in os.walk(os.path.join(public, "hub")):
+      directories.append(directory)
+      files += [os.path.join(directory, name) for name in names]
+    for command in (["ls", "-a"] + directories, ["cat"] + files):
+      proc = subprocess.run(command, preexec_fn=as_nobody, capture_output=True,
+                            check=False)
+      assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) == sum(os.path.getsize(f) for f in files) > 0
+  finally:
+    shutil.rmtree(public)
 
 
 def test_load_pretrained_reads_a_fine_tuned_checkpoint(tmp_path):

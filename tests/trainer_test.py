@@ -19,6 +19,10 @@ from tests import testing
 # mixed_float16 (loss scaling), and (c) 1 replica with 3 accumulated
 # micro-batches, and prints the largest weight differences.
 # Dropout is 0 and max_grad_norm is small so the global-norm clipping acts.
+# Clipping hides any error in the gradient's scale (2 replicas summing
+# instead of averaging, a loss scale not undone), so 2 replicas also run
+# unclipped, and Adam's first moment after one step, (1 - beta_1) * g, is
+# compared with g computed by hand on the whole batch.
 _REPLICAS_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
@@ -43,7 +47,7 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
     data = tf.nest.map_structure(
         lambda a: a.astype("float32" if a.dtype.kind == "f" else "int32"), data)
 
-    def train(strategy, accumulation, name, precision):
+    def train(strategy, accumulation, name, precision, max_grad_norm=0.05):
       distribution.set_mixed_precision(precision)
       def dataset_fn(context):
         n = 6 // context.num_input_pipelines
@@ -60,14 +64,26 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
       t = trainer.Trainer(
           strategy, model, optimizer, pretrainer.pretraining_losses,
           trainer.TrainConfig(output_dir=f"{out}/{name}", num_train_steps=1,
-                              steps_per_loop=1, max_grad_norm=0.05,
+                              steps_per_loop=1, max_grad_norm=max_grad_norm,
                               gradient_accumulation_steps=accumulation),
           metric_fn=pretrainer.pretraining_metric_counts, log=lambda _: None)
       result = t.train(dataset_fn)
       after = [v.numpy() for v in model.weights]
       # Adam's first step is ~lr*sign(g): the moments show the gradient scale.
       slots = [v.numpy() for v in optimizer.variables if v.shape.rank]
-      return before, after, result.metrics, slots
+      inner = getattr(optimizer, "inner_optimizer", optimizer)
+      momentum = [m.numpy() / 0.1 for m in inner._momentums]  # = g
+      return before, after, result.metrics, slots, momentum
+
+    def hand_gradient():
+      distribution.set_mixed_precision("float32")
+      keras.utils.set_random_seed(1)
+      model = pretrainer.BertPretrainer.from_bert_config(config)
+      with tf.GradientTape() as tape:
+        loss = pretrainer.pretraining_losses(
+            data[1], model(data[0], training=True))["loss"]
+      return [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss,
+                                               model.trainable_variables)]
 
     diff = lambda a, b: max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
     # Relative per slot, with a floor at 1e-3 of the largest slot: the key
@@ -79,6 +95,7 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
                                                     floor)
                  for x, y in zip(a, b))
     report = {}
+    by_hand = hand_gradient()
     for precision in ("float32", "mixed_float16"):
       one = train(tf.distribute.get_strategy(), 1, "one" + precision, precision)
       two = train(distribution.get_strategy("mirrored", num_gpus=0), 1,
@@ -88,6 +105,10 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
           "two_vs_one": diff(one[1], two[1]), "slots": len(one[3]),
           "slots_two_vs_one": rel(one[3], two[3]),
           "loss": [one[2]["loss"], two[2]["loss"]]}
+      two_unclipped = train(distribution.get_strategy("mirrored", num_gpus=0),
+                            1, "two_unclipped" + precision, precision, 0.0)
+      report[precision]["unclipped_two_vs_hand"] = rel(by_hand,
+                                                       two_unclipped[4])
       if precision == "float32":
         acc = train(tf.distribute.get_strategy(), 3, "acc", precision)
         report[precision]["init_diff"] += diff(one[0], acc[0])
@@ -117,6 +138,12 @@ def test_one_vs_two_replicas_and_accumulation_same_update(tmp_path):
     np.testing.assert_allclose(result["loss"][1:], result["loss"][0],
                                rtol=1e-3)
   assert report["float32"]["acc_vs_one"] < 1e-6, report
+  # Unclipped, the gradient the optimizer got equals the one computed by
+  # hand on the whole batch of 6 (a 2x or 1/2x scale error is off by 1).
+  assert report["float32"]["unclipped_two_vs_hand"] < 1e-4, report
+  # float16 gradients round to ~1e-3 relative (a few % on the smallest
+  # entries); a loss scale not undone is off by a factor of 2**15.
+  assert report["mixed_float16"]["unclipped_two_vs_hand"] < 0.2, report
   assert report["float32"]["slots_acc_vs_one"] < 1e-4, report
 
 

@@ -146,6 +146,9 @@ def restore_encoder(encoder, path):
     status = root.read(prefix)
     status.expect_partial()
     status.assert_existing_objects_matched()
+  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
+    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
+                     "pass a complete checkpoint (--init_checkpoint)") from None
   except (AssertionError, ValueError) as e:
     raise ValueError(f"checkpoint {prefix} does not match the encoder's "
                      f"config (check bert_config_file): {_first_line(e)}") from None
@@ -153,15 +156,27 @@ def restore_encoder(encoder, path):
 
 
 def restore_model(model, path):
-  """Restores all of `model` (e.g. a BertPretrainer) from a checkpoint."""
+  """Restores all of `model` (e.g. a BertPretrainer) from a checkpoint.
+
+  A checkpoint holding only `model/encoder` (converted from an encoder-only
+  source) restores the encoder; the heads keep their initialisation.
+  """
   prefix = resolve(path)
   if is_original(prefix):
     _assign_original(model, prefix)
     return prefix
+  names = [name for name in tf.train.load_checkpoint(prefix)
+           .get_variable_to_shape_map() if name.startswith("model/")]
+  if hasattr(model, "encoder") and names and all(
+      name.startswith("model/encoder/") for name in names):
+    return restore_encoder(model.encoder, prefix)
   try:
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()
     status.assert_existing_objects_matched()
+  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
+    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
+                     "pass a complete checkpoint (--init_checkpoint)") from None
   except (AssertionError, ValueError) as e:
     raise ValueError(f"checkpoint {prefix} does not match the model "
                      f"(check bert_config_file): {_first_line(e)}") from None
