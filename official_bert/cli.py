@@ -38,7 +38,7 @@ def _parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    fail(f"{e}; run with --help for the flags.")
+    fail(f"{str(e).rstrip('.')}; run with --help for the flags.")
 
 
 def run(main):
@@ -176,7 +176,7 @@ def binary_reason(data):
   return None
 
 
-def check_text_file(flag, path):
+def check_text_file(flag, path, expected="UTF-8 text, one sentence per line"):
   """check_input_file, and its start must look like UTF-8 text."""
   check_input_file(flag, path)
   if _remote(path):
@@ -185,5 +185,5 @@ def check_text_file(flag, path):
     reason = binary_reason(f.read(SNIFF_BYTES))
   if reason:
     raise Error(f"--{flag}={path} {reason}: it is not a text file; pass "
-                "UTF-8 text, one sentence per line.")
+                f"{expected}.")
   return path

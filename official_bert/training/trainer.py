@@ -345,11 +345,21 @@ class Trainer:
           config.save_checkpoints_steps)
       num_steps = min(config.steps_per_loop, config.num_train_steps - step,
                       next_save - step)
+      warmup = {}
+      if steps_done == 0 and num_steps > 1:
+        # One step first, untimed: tracing and compiling would make the
+        # first rate and ETA several times too pessimistic.
+        warmup = train_loop(iterator, tf.constant(1, tf.int32))
+        t_start = time.time()
       t0 = time.time()
-      losses, sums = train_loop(iterator, tf.constant(num_steps, tf.int32))
+      losses, sums = train_loop(
+          iterator, tf.constant(num_steps - bool(warmup), tf.int32))
       elapsed = time.time() - t0
+      if warmup:
+        losses = {k: v + warmup[0][k] for k, v in losses.items()}
+        sums = {k: v + warmup[1][k] for k, v in sums.items()}
       step = int(self.step.numpy())
-      steps_done += num_steps
+      steps_done += num_steps - bool(warmup)
       metrics = {k: float(v) / num_steps for k, v in losses.items()}
       metrics.update(accuracies({k: float(v) for k, v in sums.items()}))
       if not all(np.isfinite(v) for v in metrics.values()):
@@ -362,7 +372,7 @@ class Trainer:
       rate = None
       if global_batch_size:
         metrics["sequences_per_second"] = rate = (
-            global_batch_size * num_steps / max(elapsed, 1e-9))
+            global_batch_size * (num_steps - bool(warmup)) / max(elapsed, 1e-9))
       history.append(dict(metrics, step=step, seconds=elapsed))
       eta = (time.time() - t_start) / steps_done * (
           config.num_train_steps - step)
