@@ -165,8 +165,12 @@ def _run(stage, args, indent="    "):
       if shown is not None:
         print(f"{indent}{shown}" if shown else "", flush=True)
   if proc.returncode:
-    cause = child_error or f"exit status {proc.returncode}"
-    raise cli.Error(f"the {stage} stage failed ({cause}); fix it and rerun "
+    if child_error:
+      program, _, cause = child_error.partition(": error: ")
+      cause = f"{program} says: {cause.rstrip('.')}"
+    else:
+      cause = f"exit status {proc.returncode}"
+    raise cli.Error(f"the {stage} stage failed ({cause}); fix that and rerun "
                     "the same command: finished stages are kept.")
   _log(f"{stage}: done in {time.time() - started:.0f} s")
 
@@ -283,6 +287,10 @@ def _check_flags(work):
   if FLAGS.max_documents is not None and FLAGS.max_documents <= 0:
     raise app.UsageError(f"--max_documents must be positive, got "
                          f"{FLAGS.max_documents}.")
+  try:
+    _model_config(FLAGS.vocab_size)
+  except ValueError as e:
+    raise app.UsageError(f"--model={FLAGS.model}: {e}") from None
   if FLAGS.corpus:
     cli.check_text_file("corpus", FLAGS.corpus)
   cli.check_output_dir("work_dir", work, create=False)
@@ -293,7 +301,8 @@ def run_pipeline(work):
   _check_flags(work)  # Bad flags fail before any work is done.
   os.makedirs(work, exist_ok=True)
   paths = {
-      "corpus": FLAGS.corpus or os.path.join(work, "corpus.txt"),
+      # Absolute: the stages run from the repository root.
+      "corpus": os.path.abspath(FLAGS.corpus or os.path.join(work, "corpus.txt")),
       "vocab": os.path.join(work, "vocab.txt"),
       "data": os.path.join(work, "data", "train.tfrecord"),
       "bert_config": os.path.join(work, "bert_config.json"),
@@ -303,8 +312,8 @@ def run_pipeline(work):
       "serving": os.path.join(work, "serving"),
   }
   if FLAGS.corpus:
-    corpus_made_from = _identity(FLAGS.corpus)
-    _log(f"corpus: {FLAGS.corpus}")
+    corpus_made_from = _identity(paths["corpus"])
+    _log(f"corpus: {paths['corpus']}")
   else:
     corpus = _Stage("corpus", [paths["corpus"]],
                     {"max_documents": FLAGS.max_documents,
