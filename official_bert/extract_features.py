@@ -111,8 +111,9 @@ def main(argv):
       raise app.UsageError(f"--{name} is required.")
   cli.check_text_file("input_file", FLAGS.input_file,
                       "UTF-8 text, one example per line")
-  for name in ("bert_config_file", "vocab_file"):
-    cli.check_input_file(name, getattr(FLAGS, name))
+  cli.check_text_file("bert_config_file", FLAGS.bert_config_file,
+                      "a bert_config.json")
+  cli.check_input_file("vocab_file", FLAGS.vocab_file)
   cli.check_output_file("output_file", FLAGS.output_file)
   try:
     examples = read_input(FLAGS.input_file)

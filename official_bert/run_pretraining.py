@@ -103,7 +103,8 @@ def _check_flags():
   for name in ("bert_config_file", "input_file", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
-  cli.check_input_file("bert_config_file", FLAGS.bert_config_file)
+  cli.check_text_file("bert_config_file", FLAGS.bert_config_file,
+                      "a bert_config.json")
   cli.check_output_dir("output_dir", FLAGS.output_dir, create=False)
   for pattern in FLAGS.input_file.split(","):
     if os.path.isdir(pattern.strip()):
