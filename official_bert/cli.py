@@ -39,7 +39,7 @@ def _parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    fail(f"{e}; run with --help for the flags.")
+    fail(f"{str(e).rstrip('.')}; run with --help for the flags.")
 
 
 def run(main):
@@ -74,3 +74,125 @@ def atomic_write(path, text):
   """Writes `text` to `path` through a temporary name; umask modes."""
   with atomic_open(path) as f:
     f.write(text)
+
+# ------------------------------------------------------------ path checks ----
+# Each returns the path or raises Error with one sentence naming the flag.
+# Cheap (no TensorFlow): call them first in main(). Local paths only; a
+# path with "://" (gs://, ...) is left to the program's own reader.
+
+def _remote(path):
+  return "://" in str(path)
+
+
+def check_input_file(flag, path):
+  """An existing, readable regular file for --flag."""
+  if not path:
+    raise Error(f"--{flag} is required.")
+  if _remote(path):
+    return path
+  if os.path.isdir(path):
+    raise Error(f"--{flag}={path} is a directory; pass a file.")
+  if not os.path.exists(path):
+    raise Error(f"--{flag}={path} does not exist; check the path.")
+  if not os.access(path, os.R_OK):
+    raise Error(f"--{flag}={path} is not readable; check its permissions.")
+  return path
+
+
+def check_input_dir(flag, path):
+  """An existing, readable directory for --flag."""
+  if not path:
+    raise Error(f"--{flag} is required.")
+  if _remote(path):
+    return path
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise Error(f"--{flag}={path} is a file, not a directory; pass a "
+                "directory.")
+  if not os.path.exists(path):
+    raise Error(f"--{flag}={path} does not exist; check the path.")
+  if not os.access(path, os.R_OK | os.X_OK):
+    raise Error(f"--{flag}={path} is not readable; check its permissions.")
+  return path
+
+
+def _writable_parent(flag, path, what):
+  """The nearest existing ancestor of `path` must be a writable directory."""
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise Error(f"--{flag}={path}: {parent} is a file, so the {what} cannot "
+                "be created there; choose another path.")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise Error(f"--{flag}={path}: {parent} is not writable; choose a "
+                f"{what} you can write to.")
+
+
+def check_output_dir(flag, path, create=True):
+  """A directory for --flag that can be written (created when `create`)."""
+  if not path:
+    raise Error(f"--{flag} is required.")
+  if _remote(path):
+    return path
+  if os.path.exists(path):
+    if not os.path.isdir(path):
+      raise Error(f"--{flag}={path} is a file, not a directory; pass a "
+                  "directory (it is created if missing).")
+    if not os.access(path, os.W_OK | os.X_OK):
+      raise Error(f"--{flag}={path} is not writable; choose a directory "
+                  "you can write to.")
+    return path
+  _writable_parent(flag, path, "directory")
+  if create:
+    try:
+      os.makedirs(path, exist_ok=True)
+    except OSError as e:
+      raise Error(f"--{flag}={path} cannot be created ({e.strerror}); choose "
+                  "another directory.") from None
+  return path
+
+
+def check_output_file(flag, path):
+  """A path for --flag where a file can be written (its directory created
+  by the program): not a directory, parent writable."""
+  if not path:
+    raise Error(f"--{flag} is required.")
+  if _remote(path):
+    return path
+  if os.path.isdir(path):
+    raise Error(f"--{flag}={path} is a directory; pass a file path.")
+  if os.path.exists(path) and not os.access(path, os.W_OK):
+    raise Error(f"--{flag}={path} is not writable; check its permissions or "
+                "choose another path.")
+  _writable_parent(flag, path, "file")
+  return path
+
+
+# Bytes of a text file sniffed for binary content.
+SNIFF_BYTES = 1 << 16
+
+
+def binary_reason(data):
+  """Why `data` (bytes) is not text, or None: NUL bytes, or more than a
+  quarter of it undecodable as UTF-8 (a few bad bytes are dropped, as the
+  original does)."""
+  if b"\0" in data:
+    return "holds NUL bytes"
+  text = data.decode("utf-8", "replace")
+  bad = text.count("\ufffd") - data.decode("utf-8", "ignore").count("\ufffd")
+  if len(data) >= 64 and bad > len(data) // 4:
+    return f"is mostly not UTF-8 text ({bad} of the first {len(data)} bytes)"
+  return None
+
+
+def check_text_file(flag, path, expected="UTF-8 text, one sentence per line"):
+  """check_input_file, and its start must look like UTF-8 text."""
+  check_input_file(flag, path)
+  if _remote(path):
+    return path
+  with open(path, "rb") as f:
+    reason = binary_reason(f.read(SNIFF_BYTES))
+  if reason:
+    raise Error(f"--{flag}={path} {reason}: it is not a text file; pass "
+                f"{expected}.")
+  return path

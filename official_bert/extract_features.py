@@ -68,9 +68,13 @@ def read_input(path):
   """`Example`s of the input file (text_b for `a ||| b` lines)."""
   from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   examples = []
-  with open(path, encoding="utf-8") as f:
-    for number, line in enumerate(f, 1):
-      line = line.strip()
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, 1):
+      try:
+        line = raw.decode("utf-8").strip()
+      except UnicodeDecodeError:
+        raise ValueError(f"--input_file {path} line {number} is not UTF-8 "
+                         "text; convert the file to UTF-8") from None
       if not line:
         continue
       a, _, b = line.partition(" ||| ")
@@ -105,12 +109,15 @@ def main(argv):
                "init_checkpoint"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
-  for name in ("input_file", "bert_config_file", "vocab_file"):
-    if not os.path.exists(getattr(FLAGS, name)):
-      raise app.UsageError(f"--{name} {getattr(FLAGS, name)} does not exist.")
+  cli.check_text_file("input_file", FLAGS.input_file,
+                      "UTF-8 text, one example per line")
+  cli.check_text_file("bert_config_file", FLAGS.bert_config_file,
+                      "a bert_config.json")
+  cli.check_input_file("vocab_file", FLAGS.vocab_file)
+  cli.check_output_file("output_file", FLAGS.output_file)
   try:
     examples = read_input(FLAGS.input_file)
-  except (ValueError, UnicodeDecodeError) as e:
+  except ValueError as e:
     raise app.UsageError(str(e))
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -131,7 +138,7 @@ def main(argv):
     encoder = encoder_lib.BertEncoder.from_bert_config(config)
     prefix = checkpoints.restore_encoder(encoder, FLAGS.init_checkpoint)
     inputs = encode_mixed(examples, tokenizer, FLAGS.max_seq_length)
-  except ValueError as e:
+  except (ValueError, TypeError, KeyError) as e:
     raise app.UsageError(str(e))
 
   @tf.function
@@ -176,4 +183,4 @@ def _rounded(vector):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

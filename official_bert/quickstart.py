@@ -15,20 +15,28 @@ Runs the real pipeline, each stage as the same command a user would type:
   7. demo     reloads the exported modules in a fresh process: top-5 fill-mask
               predictions and sentence similarities
 
-Every stage writes its outputs atomically and is skipped when they exist, so
-an interrupted run, run again, continues where it stopped (the trainer itself
-resumes from its last checkpoint).
+Every stage writes its outputs atomically and records what it was made from
+(the flags that matter and its inputs) in <output>.made_from.json beside
+them. Run again, a stage whose record matches is skipped, so an interrupted
+run continues where it stopped (the trainer itself resumes from its last
+checkpoint); a stage whose flags or inputs changed is redone, with every stage
+after it.
 """
 
 import glob
+import hashlib
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 
 from absl import app
 from absl import flags
+
+from official_bert import cli
 
 FLAGS = flags.FLAGS
 
@@ -73,21 +81,182 @@ def _log(message):
   print(f"[quickstart] {message}", flush=True)
 
 
-def _run(stage, args):
-  """Runs `python -m <args>` from the repository root, streaming its output."""
+# ------------------------------------------------------- child output ----
+# Lines of a stage's program that say nothing to a quickstart user. Only
+# these are dropped: every other line, warnings and errors included, is shown.
+_ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ (\S+?):\d+\] ?")
+_NOISE = tuple(re.compile(pattern) for pattern in (
+    # TensorFlow start-up, before absl::InitializeLog().
+    r"^WARNING: All log messages before absl::InitializeLog\(\)",
+    r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\] ",  # C++ INFO/WARNING
+    r"^To enable the following instructions: .* rebuild TensorFlow",
+    # The saver's and SavedModel writer's chatter.
+    r"^I\d{4} .* functional_saver\.py:\d+\] Sharding callback",
+    r"^Saved checkpoint ",
+    r"^Trained steps \d+\.\.\d+: ",  # the last step line said it
+    r"^(INFO:tensorflow:|I\d{4} .*\] )?Assets written to: ",
+    r"^(I\d{4} .*\] )?Writing fingerprint to ",
+    r"^([IW]\d{4} .*\] )?Function `\w+` contains input name\(s\) .* with "
+    r"unsupported characters",
+    # The decoded example instances (the first tokens: line is kept).
+    r"^I\d{4} .* create_pretraining_data\.py:\d+\] (\*\*\* Example|"
+    r"(input_ids|input_mask|segment_ids|masked_lm_\w+|next_sentence_labels): )",
+))
+# ERROR-level, but expected where there is no GPU: TensorFlow reports it right
+# after saying it found no CUDA driver. Dropped only after that line.
+_NO_DRIVER = re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers")
+_CUINIT = re.compile(r"^E\d{4} .* cuda_platform\.cc:\d+\] failed call to "
+                     r"cuInit: .*\(303\)$")
+_CHILD_ERROR = re.compile(r"^[\w.]+: error: ")
+
+
+class _Filter:
+  """Decides, line by line, what of a stage's output is shown."""
+
+  def __init__(self):
+    self.no_driver = False
+    self.example_tokens_shown = False
+
+  def shown(self, line):
+    """The line to print (absl's prefix cut) or None."""
+    if _NO_DRIVER.search(line):
+      self.no_driver = True
+    if self.no_driver and _CUINIT.match(line):
+      return None
+    if any(pattern.match(line) for pattern in _NOISE):
+      return None
+    if re.match(r"^I\d{4} .* create_pretraining_data\.py:\d+\] tokens: ", line):
+      if self.example_tokens_shown:
+        return None
+      self.example_tokens_shown = True
+      line = _ABSL_PREFIX.sub("", line).replace("tokens: ",
+                                                "an instance: ", 1)
+      return line
+    if line.startswith(("I", "W", "E", "F")):
+      match = _ABSL_PREFIX.match(line)
+      if match:  # absl's timestamp/thread prefix: keep the level and message
+        level = {"I": "", "W": "warning: ", "E": "ERROR: ",
+                 "F": "FATAL: "}[line[0]]
+        return level + line[match.end():]
+    return line
+
+
+def _run(stage, args, indent="    "):
+  """Runs `python -m <args>` from the repository root; shows its output
+  without TensorFlow's start-up noise, indented under the stage."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ)
   env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # C++ INFO/WARNING; not errors
+  env["PYTHONUNBUFFERED"] = "1"
   _log(f"{stage}: python -m {' '.join(args)}")
   started = time.time()
-  result = subprocess.run([sys.executable, "-m"] + args, cwd=root, env=env,
-                          check=False)
-  if result.returncode:
-    raise SystemExit(f"[quickstart] stage '{stage}' failed (exit "
-                     f"{result.returncode}); fix the error above and rerun: "
-                     "finished stages are kept")
+  line_filter = _Filter()
+  child_error = None
+  with subprocess.Popen([sys.executable, "-m"] + args, cwd=root, env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, errors="replace", bufsize=1) as proc:
+    for line in proc.stdout:
+      line = line.rstrip("\n")
+      if _CHILD_ERROR.match(line):
+        child_error = line  # said once, in the quickstart's own error
+        continue
+      shown = line_filter.shown(line)
+      if shown is not None:
+        print(f"{indent}{shown}" if shown else "", flush=True)
+  if proc.returncode:
+    if child_error:
+      program, _, cause = child_error.partition(": error: ")
+      cause = f"{program} says: {cause.rstrip('.')}"
+    else:
+      cause = f"exit status {proc.returncode}"
+    raise cli.Error(f"the {stage} stage failed ({cause}); fix that and rerun "
+                    "the same command: finished stages are kept.")
   _log(f"{stage}: done in {time.time() - started:.0f} s")
+
+
+# ------------------------------------------------------------ stages ----
+# Each stage records what it was made from in <output>.made_from.json beside
+# its output: the flags that change it and the identity of its inputs (a
+# file's path, size and mtime; an earlier stage's record). A rerun compares:
+# the same -> the stage is reused (or resumed); different -> the stage and
+# every stage after it are redone (their outputs removed first).
+
+def _identity(path):
+  stat = os.stat(path)
+  return {"path": os.path.abspath(path), "size": stat.st_size,
+          "mtime_ns": stat.st_mtime_ns}
+
+
+def _digest(record):
+  return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+class _Stage:
+  """One stage's outputs, its record file and what it is made from now."""
+
+  def __init__(self, name, outputs, made_from, work):
+    self.name = name
+    self.outputs = outputs
+    self.made_from = made_from
+    self.record_path = os.path.join(
+        work, os.path.basename(outputs[0]).split(".")[0] + ".made_from.json")
+
+  @property
+  def digest(self):
+    return _digest(self.made_from)
+
+  def _recorded(self):
+    try:
+      with open(self.record_path, encoding="utf-8") as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return None
+
+  def _difference(self, recorded):
+    """The first difference, as words for the log."""
+    for key, value in self.made_from.items():
+      old = recorded.get(key)
+      if old != value:
+        if isinstance(value, str) and len(value) == 64:  # an earlier stage
+          return f"{key} was redone"
+        if isinstance(value, dict) and "mtime_ns" in value:
+          return f"{key} {value['path']} changed or is another file"
+        return f"{key} {old} -> {value}"
+    return "made from other inputs"
+
+  def prepare(self, done):
+    """True when the outputs can be reused; else clears them for a (re)run.
+
+    `done()` says whether the outputs are complete. A stage left half done
+    by a killed run keeps its outputs when its record matches (the trainer
+    resumes), unless it cannot resume (`done` is not true and the stage is
+    not `resumable`).
+    """
+    exists = [p for p in self.outputs if os.path.exists(p)]
+    recorded = self._recorded()
+    if recorded == self.made_from:
+      if done():
+        return True
+      if self.name == "train":  # resumes from its last checkpoint
+        return False
+    elif exists:
+      if recorded is None:
+        raise cli.Error(
+            f"--work_dir={os.path.dirname(self.record_path)} holds "
+            f"{', '.join(exists)} but no record of what it was made from (an "
+            "older quickstart or another program wrote it); remove it or "
+            "pass a new --work_dir.")
+      _log(f"{self.name}: {self._difference(recorded)}: redoing {self.name} "
+           "and the stages after it")
+    for path in exists:
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+      else:
+        os.remove(path)
+    cli.atomic_write(self.record_path,
+                     json.dumps(self.made_from, indent=2, sort_keys=True) + "\n")
+    return False
 
 
 def _model_shape():
@@ -107,15 +276,33 @@ def _model_config(vocab_size):
       max_position_embeddings=max(512, FLAGS.max_seq_length))
 
 
+def _check_flags(work):
+  """Every path and number a user can get wrong, before any work."""
+  _model_shape()
+  for name in ("vocab_size", "max_seq_length", "max_predictions_per_seq",
+               "dupe_factor", "num_train_steps", "train_batch_size"):
+    if getattr(FLAGS, name) <= 0:
+      raise app.UsageError(f"--{name} must be positive, got "
+                           f"{getattr(FLAGS, name)}.")
+  if FLAGS.max_documents is not None and FLAGS.max_documents <= 0:
+    raise app.UsageError(f"--max_documents must be positive, got "
+                         f"{FLAGS.max_documents}.")
+  try:
+    _model_config(FLAGS.vocab_size)
+  except ValueError as e:
+    raise app.UsageError(f"--model={FLAGS.model}: {e}") from None
+  if FLAGS.corpus:
+    cli.check_text_file("corpus", FLAGS.corpus)
+  cli.check_output_dir("work_dir", work, create=False)
+
+
 def run_pipeline(work):
   """Stages 1-7; returns {artefact: path}."""
-  _model_shape()  # Bad flags fail before any work is done.
-  if FLAGS.corpus and not os.path.isfile(FLAGS.corpus):
-    raise app.UsageError(f"--corpus {FLAGS.corpus} does not exist; pass a text "
-                         "file with one sentence per line")
+  _check_flags(work)  # Bad flags fail before any work is done.
   os.makedirs(work, exist_ok=True)
   paths = {
-      "corpus": FLAGS.corpus or os.path.join(work, "corpus.txt"),
+      # Absolute: the stages run from the repository root.
+      "corpus": os.path.abspath(FLAGS.corpus or os.path.join(work, "corpus.txt")),
       "vocab": os.path.join(work, "vocab.txt"),
       "data": os.path.join(work, "data", "train.tfrecord"),
       "bert_config": os.path.join(work, "bert_config.json"),
@@ -125,28 +312,42 @@ def run_pipeline(work):
       "serving": os.path.join(work, "serving"),
   }
   if FLAGS.corpus:
-    _log(f"corpus: {FLAGS.corpus}")
-  elif os.path.exists(paths["corpus"]):
-    _log(f"corpus: {paths['corpus']} exists, reused")
+    corpus_made_from = _identity(paths["corpus"])
+    _log(f"corpus: {paths['corpus']}")
   else:
-    from official_bert import stdlib_corpus  # pylint: disable=g-import-not-at-top
-    started = time.time()
-    docs, sentences = stdlib_corpus.write_corpus(
-        paths["corpus"], max_documents=FLAGS.max_documents)
-    _log(f"corpus: {docs} documents, {sentences} sentences of Python "
-         f"standard-library docstrings in {time.time() - started:.0f} s")
+    corpus = _Stage("corpus", [paths["corpus"]],
+                    {"max_documents": FLAGS.max_documents,
+                     "python": sys.version.split()[0]}, work)
+    if corpus.prepare(lambda: os.path.exists(paths["corpus"])):
+      _log(f"corpus: {paths['corpus']} exists, reused")
+    else:
+      from official_bert import stdlib_corpus  # pylint: disable=g-import-not-at-top
+      started = time.time()
+      docs, sentences = stdlib_corpus.write_corpus(
+          paths["corpus"], max_documents=FLAGS.max_documents)
+      _log(f"corpus: {docs} documents, {sentences} sentences of Python "
+           f"standard-library docstrings in {time.time() - started:.0f} s")
+    corpus_made_from = corpus.digest
 
-  if os.path.exists(paths["vocab"]):
+  vocab = _Stage("vocab", [paths["vocab"]],
+                 {"corpus": corpus_made_from, "vocab_size": FLAGS.vocab_size},
+                 work)
+  if vocab.prepare(lambda: os.path.exists(paths["vocab"])):
     _log(f"vocab: {paths['vocab']} exists, reused")
   else:
     _run("vocab", ["tfrecords.learn_vocab", f"--input_file={paths['corpus']}",
                    f"--output_file={paths['vocab']}",
                    f"--vocab_size={FLAGS.vocab_size}"])
 
-  if os.path.exists(paths["data"]):
+  data_dir = os.path.dirname(paths["data"])
+  data = _Stage("data", [data_dir],
+                {"vocab": vocab.digest, "max_seq_length": FLAGS.max_seq_length,
+                 "max_predictions_per_seq": FLAGS.max_predictions_per_seq,
+                 "dupe_factor": FLAGS.dupe_factor}, work)
+  if data.prepare(lambda: os.path.exists(paths["data"])):
     _log(f"data: {paths['data']} exists, reused")
   else:
-    os.makedirs(os.path.dirname(paths["data"]), exist_ok=True)
+    os.makedirs(data_dir, exist_ok=True)
     _run("data", ["tfrecords.create_pretraining_data",
                   f"--input_file={paths['corpus']}",
                   f"--output_file={paths['data']}",
@@ -155,14 +356,28 @@ def run_pipeline(work):
                   f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq}",
                   f"--dupe_factor={FLAGS.dupe_factor}"])
 
-  with open(paths["vocab"], encoding="utf-8") as f:
-    vocab_size = sum(1 for _ in f)
-  _model_config(vocab_size).to_json_file(paths["bert_config"])
-
+  # bert_config.json belongs to the train stage: it is rewritten only when
+  # the checkpoints beside it are removed (a new model, data or schedule).
+  train = _Stage("train", [paths["pretraining"], paths["bert_config"]],
+                 {"data": data.digest, "model": FLAGS.model,
+                  "num_train_steps": FLAGS.num_train_steps,
+                  "train_batch_size": FLAGS.train_batch_size,
+                  "learning_rate": FLAGS.learning_rate}, work)
   eval_results = os.path.join(paths["pretraining"], "eval_results.txt")
-  if os.path.exists(eval_results):
-    _log(f"train: {eval_results} exists, reused")
+  if train.prepare(lambda: os.path.exists(eval_results)):
+    with open(eval_results, encoding="utf-8") as f:
+      values = dict(line.strip().split(" = ") for line in f if " = " in line)
+    _log(f"train: {eval_results} exists, reused: " + ", ".join(
+        f"{k} {float(v):.4g}" for k, v in sorted(values.items())))
   else:
+    if not os.path.exists(paths["bert_config"]):
+      with open(paths["vocab"], encoding="utf-8") as f:
+        vocab_size = sum(1 for _ in f)
+      _model_config(vocab_size).to_json_file(paths["bert_config"])
+    steps = FLAGS.num_train_steps
+    # A checkpoint every 10% of the run, at each progress line: a killed
+    # quickstart loses little.
+    every = -(-steps // 10)
     _run("train", ["official_bert.run_pretraining", "--do_train", "--do_eval",
                    f"--input_file={paths['data']}",
                    f"--output_dir={paths['pretraining']}",
@@ -170,26 +385,30 @@ def run_pipeline(work):
                    f"--max_seq_length={FLAGS.max_seq_length}",
                    f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq}",
                    f"--train_batch_size={FLAGS.train_batch_size}",
-                   f"--num_train_steps={FLAGS.num_train_steps}",
-                   f"--num_warmup_steps={FLAGS.num_train_steps // 10}",
+                   f"--num_train_steps={steps}",
+                   f"--num_warmup_steps={steps // 10}",
                    f"--learning_rate={FLAGS.learning_rate}",
-                   f"--save_checkpoints_steps={max(1, FLAGS.num_train_steps // 5)}",
-                   f"--steps_per_loop={max(1, min(100, FLAGS.num_train_steps // 10))}",
+                   f"--save_checkpoints_steps={every}",
+                   f"--steps_per_loop={every}",
                    "--max_eval_steps=20"])
-  with open(eval_results) as f:
-    _log("train: " + ", ".join(line.strip() for line in f if line.strip()))
 
   common = [f"--bert_config_file={paths['bert_config']}",
             f"--init_checkpoint={paths['pretraining']}",
             f"--vocab_file={paths['vocab']}"]
   hub_dir = os.path.dirname(paths["hub_encoder"])
-  if os.path.exists(paths["hub_encoder"]) and os.path.exists(
-      paths["hub_preprocessor"]):
+  hub = _Stage("hub", [hub_dir], {"train": train.digest,
+                                  "max_seq_length": FLAGS.max_seq_length}, work)
+  if hub.prepare(lambda: os.path.exists(paths["hub_encoder"]) and
+                 os.path.exists(paths["hub_preprocessor"])):
     _log(f"hub: {hub_dir} exists, reused")
   else:
     _run("hub", ["export.export_tfhub", *common, f"--export_dir={hub_dir}",
                  f"--seq_length={FLAGS.max_seq_length}"])
-  if glob.glob(os.path.join(paths["serving"], "*", "saved_model.pb")):
+  serving = _Stage("serving", [paths["serving"]],
+                   {"train": train.digest,
+                    "max_seq_length": FLAGS.max_seq_length}, work)
+  if serving.prepare(lambda: bool(glob.glob(
+      os.path.join(paths["serving"], "*", "saved_model.pb")))):
     _log(f"serving: {paths['serving']} exists, reused")
   else:
     _run("serving", ["export.export_saved_model", *common,
@@ -197,7 +416,7 @@ def run_pipeline(work):
                      f"--max_seq_length={FLAGS.max_seq_length}"])
 
   _run("demo", ["official_bert.quickstart", "--demo_only",
-                f"--work_dir={work}"])
+                f"--work_dir={work}"], indent="")
   return paths
 
 
@@ -250,6 +469,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   work = os.path.abspath(FLAGS.work_dir)
   if FLAGS.demo_only:
+    for module in ("encoder", "preprocessor"):
+      cli.check_input_dir("work_dir", os.path.join(work, "hub", module))
     demo(work)
     return
   started = time.time()
@@ -260,4 +481,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -17,6 +17,7 @@ and, with --do_eval, eval_results.txt.
 
 import json
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -102,9 +103,14 @@ def _check_flags():
   for name in ("bert_config_file", "input_file", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
-  if not os.path.exists(FLAGS.bert_config_file):
-    raise app.UsageError(f"--bert_config_file {FLAGS.bert_config_file} does "
-                         "not exist; pass a bert_config.json.")
+  cli.check_text_file("bert_config_file", FLAGS.bert_config_file,
+                      "a bert_config.json")
+  cli.check_output_dir("output_dir", FLAGS.output_dir, create=False)
+  for pattern in FLAGS.input_file.split(","):
+    if os.path.isdir(pattern.strip()):
+      raise app.UsageError(
+          f"--input_file={pattern.strip()} is a directory; pass TFRecord "
+          f"files or a glob such as {os.path.join(pattern.strip(), '*')}.")
   for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
                "save_checkpoints_steps", "steps_per_loop",
                "gradient_accumulation_steps", "max_seq_length",
@@ -112,10 +118,41 @@ def _check_flags():
     if getattr(FLAGS, name) <= 0:
       raise app.UsageError(f"--{name} must be positive, got "
                            f"{getattr(FLAGS, name)}.")
-  if not 0 <= FLAGS.num_warmup_steps <= FLAGS.num_train_steps:
+  if FLAGS.num_warmup_steps < 0:
     raise app.UsageError(f"--num_warmup_steps={FLAGS.num_warmup_steps} must "
-                         f"be between 0 and --num_train_steps="
-                         f"{FLAGS.num_train_steps}.")
+                         "be >= 0.")
+  if FLAGS.do_train and FLAGS.num_warmup_steps > FLAGS.num_train_steps:
+    # As the original: the rate rises for the whole run and never peaks.
+    print(f"run_pretraining: warning: --num_warmup_steps="
+          f"{FLAGS.num_warmup_steps} exceeds --num_train_steps="
+          f"{FLAGS.num_train_steps}, so the learning rate only reaches "
+          f"{FLAGS.num_train_steps / FLAGS.num_warmup_steps:.3g} x "
+          "--learning_rate (as in the original).", file=sys.stderr,
+          flush=True)
+
+
+def _check_same_config(config, output_dir):
+  """Resuming with another model than the checkpoints' is one sentence."""
+  saved_path = os.path.join(output_dir, "bert_config.json")
+  if not os.path.exists(saved_path):
+    return
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  saved = configs.BertConfig.from_json_file(saved_path)
+  if saved.to_dict() != config.to_dict():
+    changed = sorted(k for k in set(saved.to_dict()) | set(config.to_dict())
+                     if saved.to_dict().get(k) != config.to_dict().get(k))
+    raise app.UsageError(
+        f"--bert_config_file={FLAGS.bert_config_file} differs from "
+        f"{saved_path}, the model of the checkpoints in --output_dir "
+        f"({', '.join(changed)}); use a new --output_dir to start fresh, or "
+        "the same config to resume.")
+
+
+def _corrupt_data_sentence(error):
+  kind = "truncated" if "truncated" in error.message else "corrupt"
+  return (f"--input_file={FLAGS.input_file} holds a {kind} TFRecord; "
+          "regenerate it with create_pretraining_data (training stopped; "
+          "the last checkpoint in --output_dir is kept).")
 
 
 def pretraining_eval_sums(labels, outputs):
@@ -220,6 +257,9 @@ def main(argv):
       strategy, model, optimizer, pretrainer.pretraining_losses, train_config,
       metric_fn=pretrainer.pretraining_metric_counts)
 
+  resuming = tf.train.latest_checkpoint(FLAGS.output_dir)
+  if resuming:
+    _check_same_config(config, FLAGS.output_dir)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   if trainer.is_chief:
     ours = next(module_flags for module_flags in
@@ -246,14 +286,20 @@ def main(argv):
             "optimizer", flush=True)
 
   start = trainer.restore_or_init(init_fn=warm_start)
+  if not resuming and not FLAGS.init_checkpoint:
+    print("Starting from scratch (no checkpoint in --output_dir), step 0",
+          flush=True)
   step = start
   if FLAGS.do_train:
     train_fn = input_pipeline.pretraining_dataset_fn(
         files, FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps,
         FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, is_training=True,
         seed=FLAGS.seed)
-    result = trainer.train_or_exit(train_fn,
-                                   global_batch_size=FLAGS.train_batch_size)
+    try:
+      result = trainer.train_or_exit(train_fn,
+                                     global_batch_size=FLAGS.train_batch_size)
+    except tf.errors.DataLossError as e:
+      raise cli.Error(_corrupt_data_sentence(e)) from None
     step = result.step
     if result.preempted:
       return
@@ -264,8 +310,11 @@ def main(argv):
     eval_fn = input_pipeline.pretraining_dataset_fn(
         files, FLAGS.eval_batch_size, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq, is_training=False)
-    sums = trainer.evaluate(eval_fn, pretraining_eval_sums,
-                            max_steps=FLAGS.max_eval_steps)
+    try:
+      sums = trainer.evaluate(eval_fn, pretraining_eval_sums,
+                              max_steps=FLAGS.max_eval_steps)
+    except tf.errors.DataLossError as e:
+      raise cli.Error(_corrupt_data_sentence(e)) from None
     result = eval_results(sums, step)
     if trainer.is_chief:
       path = os.path.join(FLAGS.output_dir, "eval_results.txt")

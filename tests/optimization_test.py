@@ -17,9 +17,16 @@ def test_warmup_then_linear_decay_values():
   assert [float(no_warmup(s)) for s in range(5)] == [2.0, 1.5, 1.0, 0.5, 0.0]
 
 
+def test_warmup_longer_than_training_never_peaks_as_the_original():
+  # google-research/bert: is_warmup stays 1, so lr = peak * step / warmup.
+  schedule = optimization.WarmupLinearDecay(1e-3, 10, 40)
+  got = [float(schedule(s)) for s in (0, 4, 10)]
+  np.testing.assert_allclose(got, [0.0, 1e-4, 2.5e-4], rtol=1e-6)
+
+
 def test_schedule_rejects_bad_steps():
   with pytest.raises(ValueError, match="warmup_steps"):
-    optimization.WarmupLinearDecay(1e-3, 10, 11)
+    optimization.WarmupLinearDecay(1e-3, 10, -1)
   with pytest.raises(ValueError, match="num_train_steps"):
     optimization.WarmupLinearDecay(1e-3, 0)
 

@@ -123,9 +123,12 @@ def test_sigkill_then_rerun_resumes_to_the_same_weights(setup, tmp_path):
   sees the same batches and masks as the uninterrupted one.
   """
   steps = 30
-  whole = _popen(_flags(setup, tmp_path / "whole", num_train_steps=steps))
+  # Warmup longer than the run, as in the original's short command lines:
+  # accepted with one warning (the rate never peaks).
+  flags = dict(num_train_steps=steps, num_warmup_steps=40)
+  whole = _popen(_flags(setup, tmp_path / "whole", **flags))
   killed_dir = tmp_path / "killed"
-  killed = _popen(_flags(setup, killed_dir, num_train_steps=steps))
+  killed = _popen(_flags(setup, killed_dir, **flags))
   deadline = time.time() + 300
   while not (killed_dir / "checkpoint").exists():
     assert killed.poll() is None, killed.communicate()[1][-3000:]
@@ -135,11 +138,19 @@ def test_sigkill_then_rerun_resumes_to_the_same_weights(setup, tmp_path):
   killed.wait()
   first = int(tf.train.latest_checkpoint(str(killed_dir)).rsplit("-", 1)[1])
   assert 2 <= first < steps  # killed mid-run, after a checkpoint
-  resumed = testing.run_cli(_flags(setup, killed_dir, num_train_steps=steps))
-  assert f"at step {first}" in resumed.stdout
+  resumed = testing.run_cli(_flags(setup, killed_dir, **flags))
+  assert f"Resumed from {killed_dir}/ckpt-{first} at step {first}" in (
+      resumed.stdout)
+  assert "Starting from scratch" not in resumed.stdout
   assert f"Trained steps {first}..{steps}" in resumed.stdout
+  warnings = [line for line in resumed.stderr.splitlines() if "warning:" in line]
+  assert warnings == [
+      "run_pretraining: warning: --num_warmup_steps=40 exceeds "
+      "--num_train_steps=30, so the learning rate only reaches 0.75 x "
+      "--learning_rate (as in the original)."], resumed.stderr[-2000:]
   out, err = whole.communicate(timeout=300)
   assert whole.returncode == 0, err[-3000:]
+  assert "Starting from scratch (no checkpoint in --output_dir), step 0" in out
   a, b = _weights(tmp_path / "whole"), _weights(killed_dir)
   assert a.keys() == b.keys() and len(a) > 40
   for name in a:

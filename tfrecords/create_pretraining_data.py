@@ -26,6 +26,7 @@ Usage:
 
 import collections
 import dataclasses
+import gc
 import gzip
 import importlib
 import json
@@ -39,6 +40,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from official_bert import cli
 from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
@@ -178,9 +180,18 @@ def create_pretraining_data(config):
   pool = _start_workers(config.num_workers) if config.num_workers > 0 else None
   try:
     return _run(config, pool, start)
+  except InputError as e:
+    message = str(e)  # re-raised below without frames that hold the pool
   finally:
     if pool is not None:
       pool.terminate()
+      pool.join()
+  # Free the pool's semaphores now: a program that exits at once
+  # (cli.fail) would otherwise get the resource tracker's "leaked
+  # semaphore" warning printed after its error.
+  del pool
+  gc.collect()
+  raise InputError(message)
 
 
 def _start_workers(num_workers):
@@ -289,6 +300,7 @@ def main(argv):
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
+  cli.check_input_file("vocab_file", FLAGS.vocab_file)
   num_workers = FLAGS.num_workers
   if num_workers is None:
     num_workers = len(os.sched_getaffinity(0))
@@ -309,11 +321,12 @@ def main(argv):
         short_seq_prob=FLAGS.short_seq_prob, num_workers=num_workers,
         compression="" if FLAGS.compression == "none" else FLAGS.compression,
         window_tokens=FLAGS.window_tokens)
+    for path in config.output_files:
+      cli.check_output_file("output_file", path)
     logging.info("Resolved config: %s", json.dumps(dataclasses.asdict(config)))
     stats = create_pretraining_data(config)
   except InputError as e:
-    print(f"create_pretraining_data: error: {e}", file=sys.stderr)
-    sys.exit(1)
+    raise cli.Error(str(e)) from None
   seconds = stats["seconds"]
   skipped = []
   if stats["undecodable_lines"]:
@@ -341,4 +354,4 @@ if __name__ == "__main__":
   flags.DEFINE_integer("num_workers", None,
                        "Processes that build instances (default: all cores; 0 "
                        "= in the main process). Does not change the output.")
-  app.run(main)
+  cli.run(main)

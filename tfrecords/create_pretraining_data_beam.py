@@ -22,7 +22,10 @@ Usage:
     [-- other Beam pipeline options, e.g. --direct_num_workers=2]
 """
 
+import glob
+import logging as logging_std
 import os
+import shutil
 import sys
 import time
 
@@ -32,6 +35,7 @@ from absl import logging
 import apache_beam as beam
 from apache_beam.options import pipeline_options
 
+from official_bert import cli
 from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
@@ -105,13 +109,27 @@ def build_pipeline(pipeline, input_files, output_prefix, vocab_file, options,
 FLAGS = flags.FLAGS
 
 
-def _fail(message):
-  print(f"create_pretraining_data_beam: error: {message}", file=sys.stderr)
-  sys.exit(1)
+class _NoInputErrorTraceback(logging_std.Filter):
+  """Beam logs a failed bundle's traceback; for bad input, the one sentence
+  printed at the end says it all."""
+
+  def filter(self, record):
+    error = record.exc_info[1] if record.exc_info else None
+    while error is not None:
+      if isinstance(error, documents.InputError):
+        return False
+      error = error.__cause__ or error.__context__
+    return "documents.InputError" not in record.getMessage()
+
+
+def _remove_beam_temp(output_prefix):
+  pattern = os.path.join(os.path.dirname(os.path.abspath(output_prefix)),
+                         f"beam-temp-{os.path.basename(output_prefix)}-*")
+  for path in glob.glob(pattern):
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def main(argv):
-  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
@@ -121,15 +139,18 @@ def main(argv):
   if FLAGS.num_output_shards < 1:
     raise app.UsageError(
         f"--num_output_shards={FLAGS.num_output_shards} must be >= 1.")
+  cli.check_input_file("vocab_file", FLAGS.vocab_file)
+  cli.check_output_file("output_file", FLAGS.output_file)
   start = time.time()
   try:
     input_files = documents.expand_inputs(FLAGS.input_file)
+    from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
     tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file,
                                            FLAGS.do_lower_case)
     options = instances.InstanceOptions.from_flags(tokenizer, FLAGS)
     options.validate()
   except ValueError as e:
-    _fail(str(e))
+    raise cli.Error(str(e)) from None
   beam_options = pipeline_options.PipelineOptions(
       argv[1:] + [f"--runner={FLAGS.runner}"])
   pipeline = beam.Pipeline(options=beam_options)
@@ -137,8 +158,14 @@ def main(argv):
                  options, FLAGS.do_lower_case, FLAGS.window_tokens,
                  FLAGS.num_output_shards,
                  "" if FLAGS.compression == "none" else FLAGS.compression)
-  result = pipeline.run()
-  result.wait_until_finish()
+  for handler in logging_std.getLogger().handlers:
+    handler.addFilter(_NoInputErrorTraceback())
+  try:
+    result = pipeline.run()
+    result.wait_until_finish()
+  except documents.InputError as e:
+    _remove_beam_temp(FLAGS.output_file)
+    raise cli.Error(str(e).split(" [while running")[0]) from None
   counts = {c.key.metric.name: c.committed for c in result.metrics().query(
       beam.metrics.MetricsFilter().with_namespace(_COUNTERS))["counters"]}
   if not counts.get("instances"):
@@ -146,7 +173,7 @@ def main(argv):
       path = f"{FLAGS.output_file}-{i:05d}-of-{FLAGS.num_output_shards:05d}"
       if os.path.exists(path):
         os.remove(path)
-    _fail(f"No documents in --input_file ({', '.join(input_files)}): the "
+    raise cli.Error(f"No documents in --input_file ({', '.join(input_files)}): the "
           "files are empty or blank; give text with one sentence per line "
           "and a blank line between documents.")
   seconds = time.time() - start
@@ -168,4 +195,4 @@ if __name__ == "__main__":
       num_output_shards_help="Number of output shards.")
   flags.adopt_module_key_flags(job_flags)  # listed by --help
   flags.DEFINE_string("runner", "DirectRunner", "The Beam runner.")
-  app.run(main)
+  cli.run(main)

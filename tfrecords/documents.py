@@ -2,10 +2,12 @@
 
 Input format of google-research/bert's create_pretraining_data.py: one
 sentence per line, a blank line between documents (a file also ends its last
-document). `Reader` streams the files in blocks and counts problems instead of
-failing on them (undecodable bytes are dropped, as the original, and the line
-kept; empty files are skipped); `tokenized_batches` tokenizes batches of
-lines with the project's FullTokenizer on a few threads. Used by
+document). `Reader` streams the files in blocks and counts small problems
+instead of failing on them (undecodable bytes are dropped, as the original,
+and the line kept; empty files are skipped), but a file that holds NUL bytes
+or whose lines are mostly undecodable is not text: InputError names it.
+`tokenized_batches` tokenizes batches of lines with the project's
+FullTokenizer on a few threads. Used by
 create_pretraining_data.py and its Beam twin. TensorFlow is imported only by
 `tokenized_batches`.
 """
@@ -16,6 +18,8 @@ import glob
 import os
 
 import numpy as np
+
+from official_bert import cli
 
 # Lines per tokenizer call: big batches amortise the per-call cost.
 LINES_PER_BATCH = 16384
@@ -28,9 +32,13 @@ class InputError(ValueError):
 
 
 def expand_inputs(input_file):
-  """Comma list of globs -> sorted file list; a glob matching nothing raises."""
+  """Comma list of globs -> sorted file list; a glob matching nothing, a
+  directory, an unreadable or a binary file raises (one sentence)."""
   files = []
   for pattern in filter(None, (p.strip() for p in input_file.split(","))):
+    if os.path.isdir(pattern):
+      raise InputError(f"--input_file={pattern} is a directory; pass text "
+                       f"files or a glob such as {os.path.join(pattern, '*.txt')}.")
     matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
     if not matched:
       raise InputError(f"--input_file pattern {pattern} matches no file; "
@@ -38,6 +46,11 @@ def expand_inputs(input_file):
     files += matched
   if not files:
     raise InputError("--input_file is empty; give a comma list of text files.")
+  for path in files:
+    try:
+      cli.check_text_file("input_file", path)
+    except cli.Error as e:
+      raise InputError(str(e)) from None
   return files
 
 
@@ -49,6 +62,7 @@ class Reader:
     self.total_bytes = sum(os.path.getsize(f) for f in files)
     self.bytes_read = 0
     self.undecodable_lines = 0
+    self.lines = 0
     self.empty_files = []
 
   def _lines(self):
@@ -56,11 +70,18 @@ class Reader:
       if os.path.getsize(path) == 0:
         self.empty_files.append(path)
         continue
+      lines_before = self.lines
+      undecodable_before = self.undecodable_lines
       with open(path, "rb") as f:
         rest = b""
         while True:
           block = f.read(READ_BYTES)
           self.bytes_read += len(block)
+          if b"\0" in block:
+            at = f.tell() - len(block) + block.index(b"\0")
+            raise InputError(
+                f"--input_file={path} holds NUL bytes (at byte {at}): it is "
+                "not a text file; pass UTF-8 text, one sentence per line.")
           if not block:
             if rest:
               yield from self._decode(rest)
@@ -70,11 +91,20 @@ class Reader:
           rest = block[cut:]
           if cut:
             yield from self._decode(block[:cut - 1])
+      lines = self.lines - lines_before
+      bad = self.undecodable_lines - undecodable_before
+      if bad * 2 > lines:
+        raise InputError(
+            f"--input_file={path}: {bad} of its {lines} lines are not UTF-8 "
+            "text; convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8), "
+            "one sentence per line.")
       yield ""  # A file ends its last document.
 
   def _decode(self, block):
     try:
-      return block.decode("utf-8").split("\n")
+      lines = block.decode("utf-8").split("\n")
+      self.lines += len(lines)
+      return lines
     except UnicodeDecodeError:
       lines = []
       for raw in block.split(b"\n"):
@@ -84,6 +114,7 @@ class Reader:
           # As the original: drop the undecodable bytes, keep the rest.
           self.undecodable_lines += 1
           lines.append(raw.decode("utf-8", "ignore"))
+      self.lines += len(lines)
       return lines
 
   def batches(self):

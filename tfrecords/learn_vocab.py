@@ -148,12 +148,19 @@ def _input_files(patterns):
   files = []
   for pattern in (p.strip() for p in patterns.split(",")):
     if pattern:
+      if os.path.isdir(pattern):
+        raise app.UsageError(
+            f"--input_file={pattern} is a directory; pass text files or a "
+            f"glob such as {os.path.join(pattern, '*.txt')}.")
       matched = sorted(_gfile().glob(pattern) if "://" in pattern
-                       else glob.glob(pattern))
+                       else (p for p in glob.glob(pattern)
+                             if not os.path.isdir(p)))
       if not matched:
         raise app.UsageError(
             f"--input_file pattern {pattern!r} matches no file; pass "
             f"a comma-separated list of existing files or globs.")
+      for path in matched:
+        cli.check_text_file("input_file", path)
       files.extend(matched)
   if not files:
     raise app.UsageError("--input_file is empty; pass the corpus files.")
@@ -161,15 +168,32 @@ def _input_files(patterns):
 
 
 def _read_lines(files):
-  """Non-blank lines of all files (document boundaries do not matter here)."""
+  """Non-blank lines of all files (document boundaries do not matter here).
+
+  A few undecodable bytes are dropped, as the original's convert_to_unicode;
+  a file with NUL bytes or mostly undecodable lines is not text (cli.Error).
+  """
   lines = []
   for path in files:
+    total = undecodable = 0
     with (_gfile().GFile(path, "rb") if "://" in path else open(path, "rb")) as f:
-      for raw in f:
-        # As the original's convert_to_unicode: invalid UTF-8 is dropped.
-        line = raw.decode("utf-8", "ignore").strip()
+      for number, raw in enumerate(f, 1):
+        if b"\0" in raw:
+          raise cli.Error(f"--input_file={path} line {number} holds NUL "
+                          "bytes: it is not a text file; pass UTF-8 text, "
+                          "one sentence per line.")
+        total += 1
+        try:
+          line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+          undecodable += 1
+          line = raw.decode("utf-8", "ignore").strip()
         if line:
           lines.append(line)
+    if undecodable * 2 > total:
+      raise cli.Error(f"--input_file={path}: {undecodable} of its {total} "
+                      "lines are not UTF-8 text; convert it to UTF-8 (e.g. "
+                      "iconv -f latin1 -t utf-8), one sentence per line.")
   return lines
 
 
@@ -184,6 +208,7 @@ def main(argv):
         f"--vocab_size={f.vocab_size} leaves no room after the "
         f"{len(reserved_tokens(f.num_unused))} special tokens; raise it or "
         f"lower --num_unused.")
+  cli.check_output_file("output_file", f.output_file)
   out_dir = os.path.dirname(os.path.abspath(f.output_file))
   if not os.path.isdir(out_dir):
     raise app.UsageError(
@@ -241,4 +266,4 @@ if __name__ == "__main__":
                        "[unusedN] tokens between [PAD] and [UNK] (99: the "
                        "special ids of google-research/bert's vocab files).")
   flags.mark_flags_as_required(["input_file", "output_file"])
-  app.run(main)
+  cli.run(main)

@@ -66,9 +66,22 @@ def load_vocab(vocab_file):
     raise ValueError(
         f"Vocabulary file {vocab_file} does not exist; pass the path of a "
         f"BERT vocab.txt (one token per line).")
-  with tf.io.gfile.GFile(vocab_file, "r") as f:
+  if tf.io.gfile.isdir(vocab_file):
+    raise ValueError(
+        f"Vocabulary file {vocab_file} is a directory; pass the path of a "
+        f"BERT vocab.txt (one token per line).")
+  with tf.io.gfile.GFile(vocab_file, "rb") as f:
+    data = f.read()
+  if b"\0" in data[:1 << 16]:
+    raise ValueError(f"Vocabulary file {vocab_file} holds NUL bytes; pass a "
+                     "BERT vocab.txt (UTF-8 text, one token per line).")
+  try:
     # As the original: one token per line, surrounding whitespace stripped.
-    vocab = [line.strip() for line in f.read().splitlines()]
+    vocab = [line.strip() for line in data.decode("utf-8").splitlines()]
+  except UnicodeDecodeError as e:
+    raise ValueError(f"Vocabulary file {vocab_file} is not UTF-8 text (byte "
+                     f"{e.start}); pass a BERT vocab.txt (UTF-8, one token "
+                     "per line).") from None
   while vocab and not vocab[-1]:
     vocab.pop()  # A trailing blank line is not a token.
   if not vocab:

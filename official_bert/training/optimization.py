@@ -43,9 +43,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
   def __init__(self, peak, num_train_steps, warmup_steps=0):
     if num_train_steps <= 0:
       raise ValueError(f"num_train_steps must be positive, got {num_train_steps}")
-    if not 0 <= warmup_steps <= num_train_steps:
-      raise ValueError(f"warmup_steps must be in [0, num_train_steps="
-                       f"{num_train_steps}], got {warmup_steps}")
+    if warmup_steps < 0:  # > num_train_steps: never peaks, as the original
+      raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     self.peak = float(peak)
     self.num_train_steps = int(num_train_steps)
     self.warmup_steps = int(warmup_steps)

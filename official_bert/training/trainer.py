@@ -184,13 +184,16 @@ class Trainer:
                f"with nothing new to save{self._preemption.consume()}; rerun "
                "with the same --output_dir to go on.")
       return TrainResult(step=start, metrics={}, preempted=True)
-    t_start, history = time.time(), []
+    t_start, history, timed_from = time.time(), [], start
     while step < config.num_train_steps:
       metrics = self._run_loop(iterator, self._loop_length(step),
-                               global_batch_size)
+                               global_batch_size, warm_up=not history)
+      timed_steps = metrics.pop("timed_steps")
       step = metrics["step"]
+      if not history:  # the ETA counts from the first timed step
+        t_start, timed_from = time.time() - metrics["seconds"], step - timed_steps
       history.append(metrics)
-      self._report(metrics, t_start, start, writer)
+      self._report(metrics, t_start, timed_from, writer)
       # Every worker takes the same decision here: a save is collective.
       terminate = self._preemption.any_requested()
       finished = step >= config.num_train_steps
@@ -238,12 +241,21 @@ class Trainer:
     return min(config.steps_per_loop, config.num_train_steps - step,
                next_save - step)
 
-  def _run_loop(self, iterator, num_steps, global_batch_size):
+  def _run_loop(self, iterator, num_steps, global_batch_size, warm_up=False):
     """Runs one inner loop; its mean losses, accuracies, learning rate, rate,
-    `step` and `seconds`. Raises NonFiniteLossError on a NaN/Inf."""
+    `step`, `seconds` and `timed_steps`. With `warm_up` the first step runs
+    untimed: tracing and compiling would make the first rate and ETA several
+    times too pessimistic. Raises NonFiniteLossError on a NaN/Inf."""
+    first = None
+    if warm_up and num_steps > 1:
+      first = self._train_loop(iterator, tf.constant(1, tf.int32))
+    timed = num_steps - (first is not None)
     t0 = time.time()
-    losses, sums = self._train_loop(iterator, tf.constant(num_steps, tf.int32))
+    losses, sums = self._train_loop(iterator, tf.constant(timed, tf.int32))
     elapsed = time.time() - t0
+    if first is not None:
+      losses = {k: v + first[0][k] for k, v in losses.items()}
+      sums = {k: v + first[1][k] for k, v in sums.items()}
     step = int(self.step.numpy())
     metrics = {k: float(v) / num_steps for k, v in losses.items()}
     metrics.update(accuracies({k: float(v) for k, v in sums.items()}))
@@ -256,8 +268,8 @@ class Trainer:
     metrics["learning_rate"] = _learning_rate(self.optimizer)
     if global_batch_size:
       metrics["sequences_per_second"] = (
-          global_batch_size * num_steps / max(elapsed, 1e-9))
-    return dict(metrics, step=step, seconds=elapsed)
+          global_batch_size * timed / max(elapsed, 1e-9))
+    return dict(metrics, step=step, seconds=elapsed, timed_steps=timed)
 
   def _report(self, metrics, t_start, start, writer):
     """The progress line (losses, rate, ETA) and the TensorBoard scalars."""

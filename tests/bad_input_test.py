@@ -1,0 +1,194 @@
+"""Bad input on the user's path: one sentence, the last line, exit 1.
+
+One real subprocess per case for the programs (the checks run before
+TensorFlow is imported, so each takes about a second), and the detectors
+themselves in-process: binary text, stale quickstart stages, log noise.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from official_bert import cli
+from tests import testing
+
+# An executable's start: a header, then NUL bytes (what /bin/ls looks like).
+BINARY = b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 64
+
+
+def _run_merged(args, timeout=180):
+  """Runs `python <args>`; returns (exit status, all output lines in order)."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = testing.ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  proc = subprocess.run([sys.executable] + list(args), cwd=testing.ROOT,
+                        env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=timeout)
+  return proc.returncode, [l for l in proc.stdout.splitlines() if l.strip()]
+
+
+def _assert_one_sentence(args, program, expected):
+  status, lines = _run_merged(args)
+  output = "\n".join(lines)
+  assert status == 1, output[-3000:]
+  assert "Traceback" not in output, output[-3000:]
+  assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
+  assert expected in lines[-1], lines[-1]
+  # No usage dump: the flag list never appears.
+  assert "flags:" not in output and "--helpfull" not in output, output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  root = tmp_path_factory.mktemp("bad_input")
+  (root / "a_file").write_text("not a directory\n")
+  (root / "a_dir").mkdir()
+  (root / "binary").write_bytes(BINARY)
+  (root / "text.txt").write_text("One sentence.\nAnother one.\n\nA new doc.\n")
+  testing.tiny_config().to_json_file(str(root / "bert_config.json"))
+  return root
+
+
+def _program_cases(root):
+  vocab = os.path.join(testing.TESTDATA, "export_vocab.txt")
+  out = root / "out"
+  return {
+      "run_pretraining output_dir is a file": (
+          ["-m", "official_bert.run_pretraining", "--do_train",
+           f"--input_file={root}/text.txt", f"--output_dir={root}/a_file",
+           f"--bert_config_file={root}/bert_config.json"],
+          "run_pretraining", f"--output_dir={root}/a_file is a file, not a "
+          "directory"),
+      "run_pretraining bad flag value": (
+          ["-m", "official_bert.run_pretraining", "--num_train_steps=many"],
+          "run_pretraining", "flag --num_train_steps=many: invalid literal"),
+      "quickstart work_dir is a file": (
+          ["-m", "official_bert.quickstart", f"--work_dir={root}/a_file"],
+          "quickstart", f"--work_dir={root}/a_file is a file, not a directory"),
+      "quickstart corpus is a directory": (
+          ["-m", "official_bert.quickstart", f"--work_dir={out}/qs",
+           f"--corpus={root}/a_dir"],
+          "quickstart", f"--corpus={root}/a_dir is a directory; pass a file"),
+      "quickstart corpus is binary": (
+          ["-m", "official_bert.quickstart", f"--work_dir={out}/qs",
+           f"--corpus={root}/binary"],
+          "quickstart", f"--corpus={root}/binary holds NUL bytes"),
+      "create_pretraining_data input is binary": (
+          ["-m", "tfrecords.create_pretraining_data",
+           f"--input_file={root}/binary", f"--output_file={out}/o.tfrecord",
+           f"--vocab_file={vocab}"],
+          "create_pretraining_data", f"--input_file={root}/binary holds NUL "
+          "bytes: it is not a text file"),
+      "create_pretraining_data_beam input is binary": (
+          ["-m", "tfrecords.create_pretraining_data_beam",
+           f"--input_file={root}/binary", f"--output_file={out}/beam",
+           f"--vocab_file={vocab}"],
+          "create_pretraining_data_beam", f"--input_file={root}/binary holds "
+          "NUL bytes"),
+      "learn_vocab input is binary": (
+          ["-m", "tfrecords.learn_vocab", f"--input_file={root}/binary",
+           f"--output_file={root}/a_dir/vocab.txt"],
+          "learn_vocab", f"--input_file={root}/binary holds NUL bytes"),
+      "learn_vocab required flag missing": (
+          ["-m", "tfrecords.learn_vocab", f"--input_file={root}/text.txt"],
+          "learn_vocab", "--output_file must have a value other than None; "
+          "run with --help"),
+      "extract_features input is binary": (
+          ["-m", "official_bert.extract_features",
+           f"--input_file={root}/binary", f"--output_file={out}/f.jsonl",
+           f"--bert_config_file={root}/bert_config.json",
+           f"--vocab_file={vocab}", f"--init_checkpoint={root}"],
+          "extract_features", f"--input_file={root}/binary holds NUL bytes"),
+      "extract_features output is a directory": (
+          ["-m", "official_bert.extract_features",
+           f"--input_file={root}/text.txt", f"--output_file={root}/a_dir",
+           f"--bert_config_file={root}/bert_config.json",
+           f"--vocab_file={vocab}", f"--init_checkpoint={root}"],
+          "extract_features", f"--output_file={root}/a_dir is a directory"),
+  }
+
+
+@pytest.mark.parametrize("case", sorted(_program_cases(pathlib.Path("R"))))
+def test_program_bad_input_is_one_sentence_last(files, case):
+  args, program, expected = _program_cases(files)[case]
+  _assert_one_sentence(args, program, expected)
+  assert not (files / "out").exists()  # nothing written, not even the dir
+
+
+def test_resuming_with_another_model_is_refused(files, tmp_path):
+  """Mismatched flags: the checkpoints in --output_dir are of another model."""
+  out = tmp_path / "pretraining"
+  out.mkdir()
+  testing.tiny_config(hidden_size=16).to_json_file(str(out / "bert_config.json"))
+  (out / "ckpt-2.index").write_bytes(b"")
+  (out / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n')
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  input_pipeline_test.write_records(
+      tmp_path / "d.tfrecord", input_pipeline_test.make_instances(4, seed=1))
+  before = (out / "bert_config.json").read_text()
+  _assert_one_sentence(
+      ["-m", "official_bert.run_pretraining", "--do_train",
+       f"--input_file={tmp_path}/d.tfrecord", f"--output_dir={out}",
+       f"--bert_config_file={files}/bert_config.json",
+       f"--max_seq_length={testing.SEQ}", "--max_predictions_per_seq=3"],
+      "run_pretraining",
+      f"--bert_config_file={files}/bert_config.json differs from "
+      f"{out}/bert_config.json, the model of the checkpoints in --output_dir "
+      "(hidden_size); use a new --output_dir")
+  # The config beside the checkpoints is not overwritten.
+  assert (out / "bert_config.json").read_text() == before
+
+
+# ------------------------------------------------- binary text, in-process ----
+
+def test_data_job_reader_rejects_binary_past_the_sniffed_start(tmp_path):
+  from tfrecords import documents  # pylint: disable=g-import-not-at-top
+  late = tmp_path / "late_nul.txt"
+  late.write_bytes(b"A sentence of text.\n" * 5000 + b"bad\0line\n")
+  assert documents.expand_inputs(str(late)) == [str(late)]  # start is text
+  with pytest.raises(documents.InputError,
+                     match=f"--input_file={late} holds NUL bytes .at byte "
+                     "100003"):
+    list(documents.Reader([str(late)]).batches())
+  latin = tmp_path / "latin1.txt"
+  latin.write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e\n".encode("latin-1") * 50)
+  with pytest.raises(documents.InputError,
+                     match="50 of its 50 lines are not UTF-8 text; convert"):
+    list(documents.Reader([str(latin)]).batches())
+  with pytest.raises(documents.InputError, match="is a directory"):
+    documents.expand_inputs(str(tmp_path))
+
+
+def test_learn_vocab_reader_rejects_binary(tmp_path):
+  from tfrecords import learn_vocab  # pylint: disable=g-import-not-at-top
+  late = tmp_path / "late_nul.txt"
+  late.write_bytes(b"A sentence of text.\n" * 5000 + b"bad\0line\n")
+  with pytest.raises(cli.Error, match="line 5001 holds NUL bytes"):
+    learn_vocab._read_lines([str(late)])
+  latin = tmp_path / "latin1.txt"
+  latin.write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 3 + b"ok\n")
+  with pytest.raises(cli.Error, match="3 of its 4 lines are not UTF-8"):
+    learn_vocab._read_lines([str(latin)])
+  # A few bad bytes are dropped, as the original does.
+  mostly = tmp_path / "mostly.txt"
+  mostly.write_bytes(b"fine\nfine too\ncaf\xe9\n")
+  assert learn_vocab._read_lines([str(mostly)]) == ["fine", "fine too", "caf"]
+
+
+def test_vocab_and_extract_features_inputs(tmp_path):
+  from official_bert import extract_features  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  binary = tmp_path / "binary"
+  binary.write_bytes(BINARY)
+  with pytest.raises(ValueError, match=f"Vocabulary file {binary} holds NUL"):
+    tokenization.load_vocab(str(binary))
+  with pytest.raises(ValueError, match=f"Vocabulary file {tmp_path} is a "
+                     "directory"):
+    tokenization.load_vocab(str(tmp_path))
+  latin = tmp_path / "latin1.txt"
+  latin.write_bytes(b"fine\ncaf\xe9\n")
+  with pytest.raises(ValueError, match=f"--input_file {latin} line 2 is not "
+                     "UTF-8 text"):
+    extract_features.read_input(str(latin))
