@@ -66,7 +66,6 @@ import numpy as np
 import tensorflow as tf
 
 from official_bert.training import distribution
-from official_bert.modeling import gradients
 from official_bert.training import preemption
 
 
@@ -237,9 +236,6 @@ class Trainer:
     replica_grads = functools.partial(self._replica_grads,
                                       losses_and_metrics=losses_and_metrics)
     apply = self._apply
-    if xla_compiles_model:
-      # The model gets Keras's formulas (see gradients.keras_formulas).
-      replica_grads = _keras_formulas(replica_grads)
     if self.config.jit_compile:
       replica_grads = tf.function(replica_grads, jit_compile=True)
     if _compile_update(strategy):
@@ -454,14 +450,6 @@ def _consume_sigterm():
   here = preemption.requested()
   preemption.clear()
   return "" if here else " (signal on another worker)"
-
-
-def _keras_formulas(fn):
-  """`fn` traced within `gradients.keras_formulas()` (for XLA, see there)."""
-  def traced(*args):
-    with gradients.keras_formulas():
-      return fn(*args)
-  return traced
 
 
 def _compile_update(strategy):
