@@ -236,3 +236,20 @@ def test_custom_gradient_passes_the_upstream_gradient():
   np.testing.assert_allclose(dx, [10.0, 20.0])
   np.testing.assert_allclose(dy, [-1.0, -2.0])
   assert ops.is_tensor(dx)
+
+
+def test_keras_kernels_trace_no_custom_gradient():
+  """With kernels="keras" nothing in the model has a hand-written gradient
+  (what XLA would compile slowly; LayerNorm and the masked-LM scores once
+  kept theirs under XLA). With "fast", the written-out gradients are there."""
+  inputs = {**testing.random_inputs(), "masked_lm_positions": np.zeros(
+      (3, 4), np.int32)}
+  for kernel, expected in (("keras", 0), ("fast", 2 * 3 + 1 + 2 + 2)):
+    model = _pretrainer(kernel)
+    graph = tf.function(lambda x: model(x, training=True)).get_concrete_function(
+        inputs).graph  # pylint: disable=cell-var-from-loop
+    custom = [op for op in graph.get_operations()
+              if "_gradient_op_type" in op.node_def.attr]
+    # fast: per block 2 LayerNorms + the feed-forward network; the
+    # embeddings' LayerNorm; the head's GELU and LayerNorm; scores and bias.
+    assert len(custom) == expected, (kernel, [op.name for op in custom])
