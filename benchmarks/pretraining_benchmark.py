@@ -44,6 +44,8 @@ flags.DEFINE_integer("steps", 10, "Steps per timed loop (each configuration "
                      "also runs one untimed warm-up loop).")
 flags.DEFINE_integer("repeats", 3, "Timed loops per configuration, taken in "
                      "turns with the others (best kept).")
+flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
+                  "official_bert's kernels (as run_pretraining's --kernels).")
 flags.DEFINE_list("configs", ["ours", "ours_xla", "hub", "hub_xla",
                               "ours_bf16", "ours_bf16_xla"],
                   "Configurations to run: ours[_bf16][_xla], hub[_xla].")
@@ -161,13 +163,16 @@ def ours_runner(data, precision, jit_compile, steps):
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import kernels  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
   distribution.set_mixed_precision(precision)
   keras.utils.set_random_seed(0)
+  # As run_pretraining chooses: Keras's kernels when XLA compiles the model.
   model = pretrainer.BertPretrainer.from_bert_config(
-      configs.BertConfig(**MINI))
+      configs.BertConfig(**MINI),
+      kernels=kernels.resolve(FLAGS.kernels, jit_compile))
   optimizer = optimization.create_optimizer("adamw", 1e-4, 10 ** 6, 0,
                                             mixed_precision=precision)
   element = ({"input_word_ids": data["ids"], "input_mask": data["mask"],

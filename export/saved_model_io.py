@@ -74,8 +74,10 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
   # bert_model.ckpt (original names) carries the masked-LM head.
   has_mlm = ("cls/predictions/output_bias" in names or
              any(n.startswith("model/cls_predictions/") for n in names))
+  # Keras's kernels: whoever loads the export may compile it with XLA (a
+  # fine-tuned TF-Hub module, a server), where the fast kernels are slow.
   model = pretrainer_lib.BertPretrainer.from_bert_config(
-      config, use_next_sentence=False)
+      config, use_next_sentence=False, kernels="keras")
   with _quiet_restore(prefix):
     if with_mlm and has_mlm:
       checkpoints.restore_model(model, prefix)

@@ -124,6 +124,7 @@ def main(argv):
   from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
 
   try:
@@ -135,7 +136,8 @@ def main(argv):
                        f"{config.max_position_embeddings}; lower it")
     tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file,
                                            FLAGS.do_lower_case)
-    encoder = encoder_lib.BertEncoder.from_bert_config(config)
+    encoder = encoder_lib.BertEncoder.from_bert_config(
+        config, kernels=kernels_lib.resolve("auto"))  # run by tf.function
     prefix = checkpoints.restore_encoder(encoder, FLAGS.init_checkpoint)
     inputs = encode_mixed(examples, tokenizer, FLAGS.max_seq_length)
   except (ValueError, TypeError, KeyError) as e:

@@ -86,6 +86,9 @@ def define_flags():
                     ["float32", "mixed_bfloat16", "mixed_float16"],
                     "Keras dtype policy.")
   flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
+  flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
+                    "The model's kernels (official_bert/modeling/kernels.py): "
+                    "auto = keras when XLA compiles the model, else fast.")
   flags.DEFINE_integer("steps_per_loop", 100, "Steps per progress line.")
   flags.DEFINE_float("max_grad_norm", 1.0, "Global-norm gradient clipping.")
   flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
@@ -234,6 +237,7 @@ def main(argv):
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
@@ -281,9 +285,13 @@ def main(argv):
 
   keras.utils.set_random_seed(FLAGS.seed)
   distribution.set_mixed_precision(FLAGS.mixed_precision)
+  # One model, so training, evaluation and prediction run the same kernels.
+  kernels = kernels_lib.resolve(
+      FLAGS.kernels, FLAGS.jit_compile,
+      isinstance(strategy, tf.distribute.TPUStrategy))
   with strategy.scope():
     model_cls = finetuning_models.BertClassifier
-    model = model_cls.from_bert_config(config, num_classes)
+    model = model_cls.from_bert_config(config, num_classes, kernels=kernels)
     optimizer = optimization.create_optimizer(
         "adamw", FLAGS.learning_rate, num_train_steps, num_warmup_steps,
         weight_decay=FLAGS.weight_decay, mixed_precision=FLAGS.mixed_precision)
@@ -304,7 +312,7 @@ def main(argv):
                 if any(f.name == "task_data_dir" for f in module_flags))
     resolved = {f.name: f.value for f in ours}
     resolved.update(num_replicas=replicas, num_train_steps=num_train_steps,
-                    num_warmup_steps=num_warmup_steps)
+                    num_warmup_steps=num_warmup_steps, kernels=kernels)
     cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
                   json.dumps(resolved, indent=2, sort_keys=True) + "\n")
     config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))

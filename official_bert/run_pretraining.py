@@ -82,6 +82,10 @@ flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
 flags.DEFINE_bool("jit_compile", False,
                   "Compile the training step with XLA (one device per "
                   "process).")
+flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
+                  "The model's kernels (official_bert/modeling/kernels.py): "
+                  "auto = keras when XLA compiles the model (--jit_compile, "
+                  "TPUs, the JAX backend), else fast.")
 flags.DEFINE_integer("steps_per_loop", 1000,
                      "Steps per tf.function call (between progress lines); "
                      "the original's iterations_per_loop.")
@@ -199,6 +203,7 @@ def main(argv):
   from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
   from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
@@ -240,8 +245,13 @@ def main(argv):
 
   keras.utils.set_random_seed(FLAGS.seed)
   distribution.set_mixed_precision(FLAGS.mixed_precision)
+  # One model, so training and evaluation run the same kernels.
+  kernels = kernels_lib.resolve(
+      FLAGS.kernels, FLAGS.jit_compile,
+      isinstance(strategy, tf.distribute.TPUStrategy))
   with strategy.scope():
-    model = pretrainer.BertPretrainer.from_bert_config(config)
+    model = pretrainer.BertPretrainer.from_bert_config(config,
+                                                       kernels=kernels)
     optimizer = optimization.create_optimizer(
         FLAGS.optimizer, FLAGS.learning_rate, FLAGS.num_train_steps,
         FLAGS.num_warmup_steps, weight_decay=FLAGS.weight_decay,
@@ -266,13 +276,13 @@ def main(argv):
                 FLAGS.flags_by_module_dict().values()
                 if any(f.name == "bert_config_file" for f in module_flags))
     resolved = {f.name: f.value for f in ours}
-    resolved["num_replicas"] = replicas
+    resolved.update(num_replicas=replicas, kernels=kernels)
     cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
                   json.dumps(resolved, indent=2, sort_keys=True) + "\n")
     config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
   print(f"{len(files)} input files, {replicas} replicas "
         f"({FLAGS.distribution_strategy}), {FLAGS.mixed_precision}, "
-        f"{model.count_params():,} parameters", flush=True)
+        f"{model.count_params():,} parameters, {kernels} kernels", flush=True)
 
   def warm_start():
     if FLAGS.init_checkpoint:

@@ -1,4 +1,4 @@
-"""Tests for official_bert/modeling/activations.py."""
+"""Tests for official_bert/modeling/activations.py and GELU's fast kernel."""
 
 import keras
 import numpy as np
@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from official_bert.modeling import activations
 from official_bert import configs
-from official_bert.modeling import gradients
+from official_bert.modeling import kernels
 
 
 def _points():
@@ -22,7 +22,7 @@ def test_gelu_value_and_gradient_match_keras_exact_gelu():
   upstream = tf.sin(x)  # not all ones: the upstream gradient must multiply
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(x)
-    ours = activations.gelu(x)
+    ours = kernels.fast_gelu(x)
     reference = keras.activations.gelu(x, approximate=False)
     ours_sum = tf.reduce_sum(ours * upstream)
     reference_sum = tf.reduce_sum(reference * upstream)
@@ -41,7 +41,7 @@ def test_gelu_gradient_in_half_precision(dtype):
   x = tf.cast(x32, dtype)
   with tf.GradientTape() as tape:
     tape.watch(x)
-    y = activations.gelu(x)
+    y = kernels.fast_gelu(x)
   grad = tape.gradient(y, x)
   assert y.dtype == grad.dtype == x.dtype
   with tf.GradientTape() as tape:
@@ -61,17 +61,17 @@ def test_every_config_name_resolves_and_unknown_names_fail():
     activations.get("tanh")
 
 
-def test_keras_formulas_give_keras_gelu_inside_and_restore_outside():
+def test_keras_kernels_give_keras_gelu_and_fast_kernels_the_fast_one():
   x = tf.constant(_points())
-  with gradients.keras_formulas():
-    with gradients.keras_formulas():
-      pass
-    inside = activations.gelu(x)  # still inside after the nested exit
+  keras_gelu = kernels.activation("gelu", "keras")
   np.testing.assert_array_equal(
-      inside, keras.activations.gelu(x, approximate=False))
+      keras_gelu(x), keras.activations.gelu(x, approximate=False))
+  assert keras_gelu is activations.gelu
+  assert kernels.activation("gelu", "fast") is kernels.fast_gelu
   with tf.GradientTape() as tape:
     tape.watch(x)
-    y = activations.gelu(x)
-  assert gradients.written_out()
-  np.testing.assert_allclose(y, inside, rtol=1e-6, atol=1e-7)
+    y = kernels.gelu(x, "fast")
+  np.testing.assert_allclose(y, keras_gelu(x), rtol=1e-6, atol=1e-7)
   assert tape.gradient(y, x).shape == x.shape
+  # Other names are the same function with either kernels.
+  assert kernels.activation("relu", "fast") is activations.get("relu")

@@ -1,4 +1,4 @@
-"""Tests for official_bert/modeling/dropout.py."""
+"""Tests for official_bert/modeling/dropout.py (the 16-bit draws: kernels="fast")."""
 
 import keras
 import numpy as np
@@ -6,7 +6,10 @@ import pytest
 import tensorflow as tf
 
 from official_bert.modeling import dropout
-from official_bert.modeling import gradients
+
+
+def _fast(*args, **kwargs):
+  return dropout.Dropout(*args, kernels="fast", **kwargs)
 
 
 def _drop(layer, x):
@@ -21,7 +24,7 @@ def _drop(layer, x):
 @pytest.mark.parametrize("rate", [0.1, 0.5])
 def test_rate_and_expected_value(rate):
   x = tf.fill((64, 4, 32, 32), 3.0)  # 262144 elements
-  y, grad = _drop(dropout.Dropout(rate, seed=1), x)
+  y, grad = _drop(_fast(rate, seed=1), x)
   dropped = np.mean(y == 0)
   # Binomial standard deviation ~0.001 for rate 0.5: 6 sigma bounds.
   assert abs(dropped - rate) < 0.006
@@ -36,7 +39,7 @@ def test_rate_and_expected_value(rate):
 def test_halves_of_one_draw_are_independent():
   # Neighbours come from the two halves of one int32: were they correlated,
   # pairs would be dropped together more (or less) often than rate^2.
-  y, _ = _drop(dropout.Dropout(0.5, seed=2), tf.ones((512, 256)))
+  y, _ = _drop(_fast(0.5, seed=2), tf.ones((512, 256)))
   pairs = (y == 0).reshape(-1, 2)
   both = np.mean(pairs[:, 0] & pairs[:, 1])
   assert abs(both - 0.25) < 0.006
@@ -44,7 +47,7 @@ def test_halves_of_one_draw_are_independent():
 
 @pytest.mark.parametrize("shape", [(3, 7), (2, 5, 9), (4, 1)])
 def test_odd_last_axis(shape):
-  y, grad = _drop(dropout.Dropout(0.5, seed=3), tf.ones(shape))
+  y, grad = _drop(_fast(0.5, seed=3), tf.ones(shape))
   assert y.shape == shape
   assert set(np.unique(y)) <= {0.0, 2.0}
   np.testing.assert_array_equal(grad, y)
@@ -52,7 +55,7 @@ def test_odd_last_axis(shape):
 
 def test_seeded_layers_repeat_and_calls_differ():
   x = tf.ones((8, 64))
-  a, b = dropout.Dropout(0.3, seed=7), dropout.Dropout(0.3, seed=7)
+  a, b = _fast(0.3, seed=7), _fast(0.3, seed=7)
   first = a(x, training=True).numpy()
   np.testing.assert_array_equal(first, b(x, training=True).numpy())
   assert not np.array_equal(first, a(x, training=True).numpy())
@@ -60,32 +63,31 @@ def test_seeded_layers_repeat_and_calls_differ():
 
 def test_inference_rate_zero_and_rate_one():
   x = tf.constant(np.random.default_rng(0).normal(size=(4, 6)), tf.float32)
-  np.testing.assert_array_equal(dropout.Dropout(0.5)(x), x)
-  np.testing.assert_array_equal(dropout.Dropout(0.0)(x, training=True), x)
-  np.testing.assert_array_equal(dropout.Dropout(1.0)(x, training=True), 0 * x)
+  np.testing.assert_array_equal(_fast(0.5)(x), x)
+  np.testing.assert_array_equal(_fast(0.0)(x, training=True), x)
+  np.testing.assert_array_equal(_fast(1.0)(x, training=True), 0 * x)
 
 
 def test_noise_shape_is_keras_dropout():
-  y = dropout.Dropout(0.5, noise_shape=(None, 1), seed=4)(
+  y = _fast(0.5, noise_shape=(None, 1), seed=4)(
       tf.ones((16, 10)), training=True).numpy()
   # Keras's semantics: one draw per row, broadcast along the row.
   assert all(len(set(row)) == 1 for row in y)
   assert set(np.unique(y)) <= {0.0, 2.0}
 
 
-def test_keras_formulas_give_keras_dropout():
+def test_keras_kernels_give_keras_dropout():
   x = tf.ones((16, 32))
-  with gradients.keras_formulas():
-    ours = dropout.Dropout(0.3, seed=9)(x, training=True).numpy()
+  ours = dropout.Dropout(0.3, seed=9, kernels="keras")(x, training=True)
   keras_y = keras.layers.Dropout(0.3, seed=9)(x, training=True).numpy()
-  np.testing.assert_array_equal(ours, keras_y)
-  # Outside it, the 16-bit draws: a different mask from the same seed.
+  np.testing.assert_array_equal(ours.numpy(), keras_y)
+  # With kernels="fast", the 16-bit draws: a different mask from the same seed.
   assert not np.array_equal(
-      dropout.Dropout(0.3, seed=9)(x, training=True).numpy(), keras_y)
+      _fast(0.3, seed=9)(x, training=True).numpy(), keras_y)
 
 
 def test_mixed_precision_dtype():
-  layer = dropout.Dropout(0.1, seed=5, dtype="mixed_bfloat16")
+  layer = _fast(0.1, seed=5, dtype="mixed_bfloat16")
   y = layer(tf.ones((4, 32), tf.bfloat16), training=True)
   assert y.dtype == tf.bfloat16
   scale = tf.cast(tf.constant(65536 / 58982, tf.bfloat16), tf.float32)
@@ -93,7 +95,7 @@ def test_mixed_precision_dtype():
 
 
 def test_xla_compiles_the_mask_and_its_gradient():
-  layer = dropout.Dropout(0.25, seed=6)
+  layer = _fast(0.25, seed=6)
 
   @tf.function(jit_compile=True)
   def step(x):
@@ -111,7 +113,7 @@ def test_xla_compiles_the_mask_and_its_gradient():
 def test_checkpoints_are_those_with_keras_dropout(tmp_path):
   # Replacing Keras's layer in a model changes none of its checkpoint keys.
   keys = []
-  for layer in (keras.layers.Dropout(0.1), dropout.Dropout(0.1)):
+  for layer in (keras.layers.Dropout(0.1), _fast(0.1)):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), layer])
     model(tf.ones((2, 4)), training=True)
     path = tf.train.Checkpoint(model=model).write(
@@ -122,9 +124,10 @@ def test_checkpoints_are_those_with_keras_dropout(tmp_path):
 
 
 def test_saves_and_loads_as_itself(tmp_path):
-  model = keras.Sequential([keras.Input((8,)), dropout.Dropout(0.2)])
+  model = keras.Sequential([keras.Input((8,)), _fast(0.2)])
   path = str(tmp_path / "model.keras")
   model.save(path)
   loaded = keras.saving.load_model(path)
   assert type(loaded.layers[0]) is dropout.Dropout
   assert loaded.layers[0].rate == 0.2
+  assert loaded.layers[0].kernels == "fast"

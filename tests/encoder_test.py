@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from official_bert import configs
-from official_bert.modeling import embeddings
+from official_bert.modeling import initializers
 from official_bert.modeling import encoder as encoder_lib
 from tests import testing
 
@@ -121,7 +121,9 @@ def test_variables_mirror_original_scopes(encoder):
   paths = [v.path for v in encoder.weights]
   assert "bert_encoder/embeddings/word_embeddings/embeddings" in paths
   assert "bert_encoder/layer_1/attention/query/kernel" in paths
-  assert "bert_encoder/layer_0/intermediate/kernel" in paths
+  # The feed-forward network's scope; its checkpoint key stays
+  # layer_0/intermediate (tests/transformer_test.py).
+  assert "bert_encoder/layer_0/feed_forward/intermediate/kernel" in paths
   assert "bert_encoder/pooler/kernel" in paths
   assert encoder.get_embedding_table().shape == (testing.VOCAB_SIZE, testing.HIDDEN)
 
@@ -130,7 +132,7 @@ def test_parameter_counts_equal_the_published_ones(monkeypatch):
   # BERT-Base 109,482,240 encoder parameters ("110M" in the paper), Large
   # 335,141,888 ("340M"): embeddings + blocks + pooler, no MLM head.
   # Counts do not depend on initial values; zeros skip 445M random draws.
-  monkeypatch.setattr(embeddings, "truncated_normal", lambda stddev: "zeros")
+  monkeypatch.setattr(initializers, "truncated_normal", lambda stddev: "zeros")
   base = encoder_lib.BertEncoder.from_bert_config(configs.PRESETS["bert_base"])
   assert base.count_params() == 109_482_240
   del base

@@ -1,4 +1,5 @@
-"""Tests for official_bert/modeling/normalization.py."""
+"""Tests for official_bert/modeling/normalization.py (the written-out gradient:
+kernels="fast")."""
 
 import keras
 import numpy as np
@@ -11,7 +12,8 @@ from official_bert.modeling import normalization
 def _pair(shape, policy="float32", **kwargs):
   """Ours and Keras's layer, built on `shape` with the same random weights."""
   rng = np.random.default_rng(0)
-  ours = normalization.LayerNormalization(epsilon=1e-12, dtype=policy, **kwargs)
+  ours = normalization.LayerNormalization(epsilon=1e-12, dtype=policy,
+                                          kernels="fast", **kwargs)
   reference = keras.layers.LayerNormalization(epsilon=1e-12, dtype=policy,
                                               **kwargs)
   for layer in (ours, reference):
@@ -75,5 +77,6 @@ def test_saves_and_loads_as_itself(tmp_path):
   model.save(path)
   loaded = keras.saving.load_model(path)
   assert type(loaded.layers[0]) is normalization.LayerNormalization
+  assert loaded.layers[0].kernels == "fast"
   x = np.random.default_rng(4).normal(size=(2, 8)).astype("float32")
   np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert.modeling import heads
+from official_bert.modeling import kernels
 from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
@@ -51,7 +51,7 @@ def test_scores_gradient_is_autodiffs(dtype):
   table = tf.constant(rng.normal(size=(11, 8)), dtype)
   upstream = tf.constant(rng.normal(size=(6, 11)), dtype)
   grads = []
-  for scores in (heads._scores,  # pylint: disable=protected-access
+  for scores in (kernels._scores,  # pylint: disable=protected-access
                  lambda a, b: tf.matmul(a, b, transpose_b=True)):
     with tf.GradientTape() as tape:
       tape.watch([x, table])

@@ -209,6 +209,9 @@ def test_end_to_end_on_real_text(tmp_path):
   assert set(results) >= {"masked_lm_accuracy", "masked_lm_loss",
                           "next_sentence_accuracy", "next_sentence_loss"}
   assert int(results["global_step"]) == steps
+  # --kernels=auto without XLA: the fast kernels, for training and eval.
+  assert ", fast kernels" in proc.stdout
+  assert json.load(open(tmp_path / "out" / "flags.json"))["kernels"] == "fast"
   # Always guessing the most frequent token ("the", ".", ...) scores ~5%;
   # 150 small steps reach it (the model has learned the unigram); going
   # well above it takes longer (README: the 600-step run).
@@ -310,9 +313,12 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
     assert proc.returncode == 0, err[-3000:]
     assert f"at step {step}" in out and f"Trained steps {step}..{step + 2}" in out
+    # XLA compiles the model: Keras's kernels, for training and eval.
+    assert ", keras kernels" in out, out
   assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{step + 2}")
   assert not [n for n in os.listdir(output_dir) if n.startswith(".worker")]
   assert json.load(open(output_dir / "flags.json"))["num_replicas"] == 2
+  assert json.load(open(output_dir / "flags.json"))["kernels"] == "keras"
   assert "masked_lm_accuracy = " in (output_dir / "eval_results.txt").read_text()
 
 

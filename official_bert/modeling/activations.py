@@ -1,42 +1,17 @@
-"""The activations that `bert_config.json` names, as Keras functions."""
+"""The activations that `bert_config.json` names, as Keras functions.
 
-import math
+These are Keras's formulas; `kernels.activation(name, kernels)` gives GELU's
+fast kernel (the same value, a written-out gradient) for `kernels="fast"`.
+"""
 
 import keras
-from keras import ops
 
 from official_bert import configs
-from official_bert.modeling import gradients
-
-_SQRT_HALF = math.sqrt(0.5)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def gelu(x):
-  """Exact GELU, x * Phi(x) with the erf form (Hugging Face's "gelu").
-
-  The value is `keras.activations.gelu(x, approximate=False)`'s. The gradient
-  is written out, Phi(x) + x * phi(x), reusing the forward's Phi(x):
-  automatic differentiation of the erf form makes more element-wise passes
-  over the [B, T, intermediate] activations, the encoder's largest tensors.
-  A BERT-Mini training step on CPU is about 5% faster with it. Code traced
-  within `gradients.keras_formulas()` gets Keras's GELU and automatic
-  differentiation.
-  """
-  if not gradients.written_out():
-    return keras.activations.gelu(x, approximate=False)
-  return _gelu_written_out_gradient(x)
-
-
-@gradients.custom_gradient
-def _gelu_written_out_gradient(x):
-  cdf = 0.5 * ops.erfc(x * -_SQRT_HALF)  # Phi(x), accurate in the left tail
-
-  def grad(upstream):
-    pdf = ops.exp(ops.square(x) * -0.5) * _INV_SQRT_2PI  # phi(x)
-    return upstream * (cdf + x * pdf)
-
-  return x * cdf, grad
+  """Exact GELU, x * Phi(x) with the erf form (Hugging Face's "gelu")."""
+  return keras.activations.gelu(x, approximate=False)
 
 
 def gelu_approximate(x):

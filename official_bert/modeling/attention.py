@@ -6,7 +6,8 @@ import keras
 from keras import ops
 
 from official_bert.modeling import dropout
-from official_bert.modeling import embeddings
+from official_bert.modeling import initializers
+from official_bert.modeling import kernels as kernels_lib
 
 # Shape legend: B batch, T query positions, S key positions, N heads,
 # D size per head, H = N * D hidden size.
@@ -27,6 +28,7 @@ class SelfAttention(keras.layers.Layer):
     num_attention_heads: N; must divide H.
     dropout_rate: dropout on the attention probabilities.
     initializer_range: stddev of the truncated-normal initializer.
+    kernels: "fast" or "keras", for the dropout (see `kernels.py`).
 
   Inputs: `(x, mask)`: x float [B, T, H], mask int/bool [B, T] (1 = real token).
     `query_inputs` (optional, float [B, P, H]): attend from these instead
@@ -43,7 +45,7 @@ class SelfAttention(keras.layers.Layer):
   """
 
   def __init__(self, hidden_size, num_attention_heads, dropout_rate=0.1,
-               initializer_range=0.02, **kwargs):
+               initializer_range=0.02, kernels="keras", **kwargs):
     super().__init__(**kwargs)
     if hidden_size % num_attention_heads:
       raise ValueError(f"hidden_size ({hidden_size}) must be divisible by "
@@ -53,11 +55,12 @@ class SelfAttention(keras.layers.Layer):
     self.dropout_rate = dropout_rate
     self.initializer_range = initializer_range
     self.head_size = hidden_size // num_attention_heads
+    self.kernels = kernels_lib.check(kernels)
 
   def _dense(self, name):
     return keras.layers.Dense(
         self.hidden_size,
-        kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        kernel_initializer=initializers.truncated_normal(self.initializer_range),
         dtype=self.dtype_policy, name=name)
 
   def build(self, input_shape):
@@ -68,7 +71,8 @@ class SelfAttention(keras.layers.Layer):
     self.output_dense = self._dense("output")
     for layer in (self.query, self.key, self.value, self.output_dense):
       layer.build(x_shape)
-    self.dropout = dropout.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+    self.dropout = dropout.Dropout(self.dropout_rate, kernels=self.kernels,
+                                   dtype=self.dtype_policy)
     self.built = True
 
   def _split_heads(self, x):
@@ -105,5 +109,6 @@ class SelfAttention(keras.layers.Layer):
     config.update(hidden_size=self.hidden_size,
                   num_attention_heads=self.num_attention_heads,
                   dropout_rate=self.dropout_rate,
-                  initializer_range=self.initializer_range)
+                  initializer_range=self.initializer_range,
+                  kernels=self.kernels)
     return config

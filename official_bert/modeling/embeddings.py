@@ -4,18 +4,9 @@ import keras
 from keras import ops
 
 from official_bert.modeling import dropout
+from official_bert.modeling import initializers
+from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import normalization
-
-
-def gather_positions(sequence, positions):
-  """[B, T, H] at int [B, P] positions -> [B, P, H] (one gather per row)."""
-  positions = ops.cast(positions, "int32")
-  return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
-
-
-def truncated_normal(stddev):
-  """BERT's initializer (fresh object each call, so layers never share one)."""
-  return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
@@ -34,6 +25,7 @@ class BertEmbeddings(keras.layers.Layer):
     type_vocab_size: number of segment ids.
     dropout_rate: dropout after the LayerNorm.
     initializer_range: stddev of the truncated-normal initializer.
+    kernels: "fast" or "keras", for the LayerNorm and the dropout.
 
   Inputs: `(word_ids, type_ids)`, int [B, T] each, T <= max_position_embeddings.
   Output: float [B, T, H].
@@ -47,7 +39,7 @@ class BertEmbeddings(keras.layers.Layer):
 
   def __init__(self, vocab_size, hidden_size, max_position_embeddings=512,
                type_vocab_size=2, dropout_rate=0.1, initializer_range=0.02,
-               **kwargs):
+               kernels="keras", **kwargs):
     super().__init__(**kwargs)
     self.vocab_size = vocab_size
     self.hidden_size = hidden_size
@@ -55,27 +47,32 @@ class BertEmbeddings(keras.layers.Layer):
     self.type_vocab_size = type_vocab_size
     self.dropout_rate = dropout_rate
     self.initializer_range = initializer_range
+    self.kernels = kernels_lib.check(kernels)
 
   def build(self, input_shape):
     word_shape = input_shape[0]
     self.word_embeddings = keras.layers.Embedding(
         self.vocab_size, self.hidden_size,
-        embeddings_initializer=truncated_normal(self.initializer_range),
+        embeddings_initializer=initializers.truncated_normal(
+            self.initializer_range),
         dtype=self.dtype_policy, name="word_embeddings")
     self.word_embeddings.build(word_shape)
     self.token_type_embeddings = keras.layers.Embedding(
         self.type_vocab_size, self.hidden_size,
-        embeddings_initializer=truncated_normal(self.initializer_range),
+        embeddings_initializer=initializers.truncated_normal(
+            self.initializer_range),
         dtype=self.dtype_policy, name="token_type_embeddings")
     self.token_type_embeddings.build(word_shape)
     self.position_embeddings = self.add_weight(
         name="position_embeddings",
         shape=(self.max_position_embeddings, self.hidden_size),
-        initializer=truncated_normal(self.initializer_range))
+        initializer=initializers.truncated_normal(self.initializer_range))
     self.layer_norm = normalization.LayerNormalization(
-        epsilon=1e-12, dtype=self.dtype_policy, name="layer_norm")
+        epsilon=1e-12, kernels=self.kernels, dtype=self.dtype_policy,
+        name="layer_norm")
     self.layer_norm.build(tuple(word_shape) + (self.hidden_size,))
-    self.dropout = dropout.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+    self.dropout = dropout.Dropout(self.dropout_rate, kernels=self.kernels,
+                                   dtype=self.dtype_policy)
     self.built = True
 
   def call(self, inputs, training=None):
@@ -97,5 +94,5 @@ class BertEmbeddings(keras.layers.Layer):
         vocab_size=self.vocab_size, hidden_size=self.hidden_size,
         max_position_embeddings=self.max_position_embeddings,
         type_vocab_size=self.type_vocab_size, dropout_rate=self.dropout_rate,
-        initializer_range=self.initializer_range)
+        initializer_range=self.initializer_range, kernels=self.kernels)
     return config

@@ -17,6 +17,8 @@ from keras import ops
 
 from official_bert import configs
 from official_bert.modeling import embeddings
+from official_bert.modeling import initializers
+from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import transformer
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -31,7 +33,12 @@ class BertEncoder(keras.Model):
   released checkpoint is a rename table (see `checkpoint_names.py`).
 
   Args: the `bert_config.json` keys (see `configs.BertConfig`) as keyword
-    arguments; `from_bert_config` builds one from a `BertConfig`.
+    arguments; `from_bert_config` builds one from a `BertConfig`. And
+    `kernels`: "keras" (Keras's formulas and autodiff, the default) or "fast"
+    (written-out gradients and 16-bit dropout draws, for TensorFlow without
+    XLA), passed to every layer and saved in `get_config`; the same weights
+    and checkpoints either way. See `kernels.py`; a program picks it with
+    `kernels.resolve`.
 
   Inputs: dict of int32 [B, T] tensors `input_word_ids`, `input_mask` (1 for
     real tokens, 0 for padding), `input_type_ids`; any T up to
@@ -50,7 +57,8 @@ class BertEncoder(keras.Model):
                num_attention_heads=12, intermediate_size=3072,
                hidden_act="gelu", hidden_dropout_prob=0.1,
                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
-               type_vocab_size=2, initializer_range=0.02, **kwargs):
+               type_vocab_size=2, initializer_range=0.02, kernels="keras",
+               **kwargs):
     kwargs.setdefault("name", "bert_encoder")
     super().__init__(**kwargs)
     # Validates every value with the same messages as bert_config.json.
@@ -74,10 +82,14 @@ class BertEncoder(keras.Model):
     self.max_position_embeddings = max_position_embeddings
     self.type_vocab_size = type_vocab_size
     self.initializer_range = initializer_range
+    self.kernels = kernels_lib.check(kernels)
 
   @classmethod
   def from_bert_config(cls, config: configs.BertConfig, **kwargs):
-    """Builds (and creates the weights of) an encoder for `config`."""
+    """Builds (and creates the weights of) an encoder for `config`.
+
+    `kwargs` go to the constructor, e.g. `kernels="fast"` or `dtype`.
+    """
     values = config.to_dict()
     for key in config.extra:
       values.pop(key)
@@ -95,8 +107,8 @@ class BertEncoder(keras.Model):
     self.embeddings = embeddings.BertEmbeddings(
         self.vocab_size, self.hidden_size, self.max_position_embeddings,
         self.type_vocab_size, dropout_rate=self.hidden_dropout_prob,
-        initializer_range=self.initializer_range, dtype=self.dtype_policy,
-        name="embeddings")
+        initializer_range=self.initializer_range, kernels=self.kernels,
+        dtype=self.dtype_policy, name="embeddings")
     self.embeddings.build((word_shape, word_shape))
     for i in range(self.num_hidden_layers):
       block = transformer.TransformerBlock(
@@ -104,15 +116,16 @@ class BertEncoder(keras.Model):
           hidden_act=self.hidden_act,
           hidden_dropout_prob=self.hidden_dropout_prob,
           attention_probs_dropout_prob=self.attention_probs_dropout_prob,
-          initializer_range=self.initializer_range, dtype=self.dtype_policy,
-          name=f"layer_{i}")
+          initializer_range=self.initializer_range, kernels=self.kernels,
+          dtype=self.dtype_policy, name=f"layer_{i}")
       block.build((hidden_shape, word_shape))
       # One attribute per block (not a list): Keras 3 lists are not tracked
       # by tf.train.Checkpoint, and `layer_N` is the original's scope name.
       setattr(self, f"layer_{i}", block)
     self.pooler = keras.layers.Dense(
         self.hidden_size, activation="tanh",
-        kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        kernel_initializer=initializers.truncated_normal(
+            self.initializer_range),
         dtype=self.dtype_policy, name="pooler")
     self.pooler.build((word_shape[0], self.hidden_size))
     self.built = True
@@ -162,6 +175,7 @@ class BertEncoder(keras.Model):
     config = super().get_config()
     values = self._bert_config.to_dict()
     config.update(values)
+    config.update(kernels=self.kernels)
     return config
 
   @classmethod

@@ -19,8 +19,8 @@ import keras
 from keras import ops
 
 from official_bert import configs
-from official_bert.modeling import embeddings
 from official_bert.modeling import encoder as encoder_lib
+from official_bert.modeling import initializers
 
 
 def _build_encoder_model(model):
@@ -45,14 +45,15 @@ class _FineTuningModel(keras.Model):
         self.dropout_rate, dtype=encoder.dtype_policy, name="dropout")
     self.classifier = keras.layers.Dense(
         self.num_classes,
-        kernel_initializer=embeddings.truncated_normal(initializer_range),
+        kernel_initializer=initializers.truncated_normal(initializer_range),
         dtype=encoder.dtype_policy, name="classifier")
 
   @classmethod
   def from_bert_config(cls, config: configs.BertConfig, num_classes,
-                       **kwargs):
-    """Builds (with weights) the model around a new encoder for `config`."""
-    encoder = encoder_lib.BertEncoder.from_bert_config(config)
+                       kernels="keras", **kwargs):
+    """Builds (with weights) the model around a new encoder for `config`
+    with `kernels` ("fast" or "keras", see `kernels.py`)."""
+    encoder = encoder_lib.BertEncoder.from_bert_config(config, kernels=kernels)
     return _build_encoder_model(cls(encoder, num_classes, **kwargs))
 
   def build(self, input_shape):
@@ -138,8 +139,8 @@ class BertSpanLabeler(_FineTuningModel):
     super().__init__(encoder, 2, dropout_rate, **kwargs)
 
   @classmethod
-  def from_bert_config(cls, config, num_classes=2, **kwargs):
-    return super().from_bert_config(config, num_classes, **kwargs)
+  def from_bert_config(cls, config, num_classes=2, kernels="keras", **kwargs):
+    return super().from_bert_config(config, num_classes, kernels, **kwargs)
 
   def call(self, inputs, training=None):
     sequence = self.encoder(_encoder_inputs(inputs), training=training)[

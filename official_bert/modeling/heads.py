@@ -4,38 +4,13 @@ import keras
 from keras import ops
 
 from official_bert.modeling import activations
-from official_bert.modeling import embeddings
-from official_bert.modeling import gradients
+from official_bert.modeling import initializers
+from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import normalization
+from official_bert.modeling import positions
 
 # Shape legend: B batch, T sequence, P masked positions per sequence,
 # H hidden size, V vocabulary size.
-
-
-@gradients.custom_gradient
-def _scores(x, table):
-  """x [N, H] times table [V, H] transposed, with the gradient written out.
-
-  Autodiff differentiates through the transpose: it computes the table's
-  gradient as [H, V] and then transposes it, an extra pass over a [V, H]
-  array (about 3% of a BERT-Mini step on CPU). Here it is g^T x directly.
-  """
-  def grad(upstream):
-    return (ops.matmul(upstream, table),
-            ops.matmul(ops.transpose(upstream), x))
-
-  return ops.matmul(x, ops.transpose(table)), grad
-
-
-@gradients.custom_gradient
-def _add_bias(logits, bias):
-  """[N, V] + [V], the bias's gradient summed as a matmul.
-
-  Autodiff sums the [N, V] gradient over N with a reduction that took about
-  twice as long on CPU (BERT-Mini: N = 640, V = 30522).
-  """
-  return logits + bias, lambda upstream: (upstream,
-                                          gradients.sum_rows(upstream))
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
@@ -51,6 +26,8 @@ class MaskedLMHead(keras.layers.Layer):
     embedding_table: the encoder's [V, H] word-embedding variable.
     hidden_act: activation of the transform, a `bert_config.json` name.
     initializer_range: stddev of the truncated-normal initializer.
+    kernels: "fast" or "keras" (see `kernels.py`), for the transform's
+      activation and LayerNorm and the scores against the table.
 
   Inputs: `(sequence_output [B, T, H], masked_lm_positions int [B, P])`, or
     the [B, P, H] output already at the masked positions (what
@@ -59,23 +36,27 @@ class MaskedLMHead(keras.layers.Layer):
   """
 
   def __init__(self, embedding_table, hidden_act="gelu",
-               initializer_range=0.02, **kwargs):
+               initializer_range=0.02, kernels="keras", **kwargs):
     super().__init__(**kwargs)
     activations.get(hidden_act)
     self.embedding_table = embedding_table
     self.hidden_act = hidden_act
     self.initializer_range = initializer_range
     self.vocab_size, self.hidden_size = embedding_table.shape
+    self.kernels = kernels_lib.check(kernels)
 
   def build(self, input_shape):
     sequence_shape = tuple(input_shape[0])
     self.dense = keras.layers.Dense(
-        self.hidden_size, activation=activations.get(self.hidden_act),
-        kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        self.hidden_size,
+        activation=kernels_lib.activation(self.hidden_act, self.kernels),
+        kernel_initializer=initializers.truncated_normal(
+            self.initializer_range),
         dtype=self.dtype_policy, name="dense")
     self.dense.build(sequence_shape)
     self.layer_norm = normalization.LayerNormalization(
-        epsilon=1e-12, dtype=self.dtype_policy, name="layer_norm")
+        epsilon=1e-12, kernels=self.kernels, dtype=self.dtype_policy,
+        name="layer_norm")
     self.layer_norm.build(sequence_shape)
     self.output_bias = self.add_weight(
         name="output_bias", shape=(self.vocab_size,), initializer="zeros")
@@ -83,7 +64,7 @@ class MaskedLMHead(keras.layers.Layer):
 
   def call(self, inputs):
     if isinstance(inputs, (tuple, list)):
-      gathered = embeddings.gather_positions(*inputs)  # [B, P, H]
+      gathered = positions.gather_positions(*inputs)  # [B, P, H]
     else:
       gathered = inputs
     x = self.layer_norm(self.dense(gathered))
@@ -92,9 +73,8 @@ class MaskedLMHead(keras.layers.Layer):
     # per-sequence copy of the table's gradient before summing it.
     table = ops.cast(self.embedding_table, self.compute_dtype)
     batch, num_positions = ops.shape(x)[0], ops.shape(x)[1]
-    logits = _scores(ops.reshape(x, (-1, self.hidden_size)), table)
-    logits = _add_bias(ops.cast(logits, "float32"),
-                       ops.cast(self.output_bias, "float32"))
+    logits = kernels_lib.mlm_logits(ops.reshape(x, (-1, self.hidden_size)),
+                                    table, self.output_bias, self.kernels)
     return ops.reshape(logits, (batch, num_positions, self.vocab_size))
 
   def compute_output_shape(self, input_shape):
@@ -108,7 +88,8 @@ class MaskedLMHead(keras.layers.Layer):
     # head (BertPretrainer.from_config) passes the encoder's table again.
     config = super().get_config()
     config.update(hidden_act=self.hidden_act,
-                  initializer_range=self.initializer_range)
+                  initializer_range=self.initializer_range,
+                  kernels=self.kernels)
     return config
 
 
@@ -131,7 +112,9 @@ class NextSentenceHead(keras.layers.Layer):
 
   def build(self, input_shape):
     self.dense = keras.layers.Dense(
-        2, kernel_initializer=embeddings.truncated_normal(self.initializer_range),
+        2,
+        kernel_initializer=initializers.truncated_normal(
+            self.initializer_range),
         dtype=self.dtype_policy, name="dense")
     self.dense.build(input_shape)
     self.built = True

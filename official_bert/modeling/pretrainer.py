@@ -30,6 +30,8 @@ class BertPretrainer(keras.Model):
     use_next_sentence: False drops the next-sentence head (the paper's
       "No NSP" ablation, as RoBERTa trains).
 
+  The masked-LM head uses the encoder's `kernels` ("fast" or "keras").
+
   Inputs: the encoder's dict plus `masked_lm_positions` int32 [B, P].
   Outputs: dict `mlm_logits` float32 [B, P, V] and, with the next-sentence
     head, `next_sentence_logits` float32 [B, 2].
@@ -43,7 +45,7 @@ class BertPretrainer(keras.Model):
     config = encoder.bert_config
     self.cls_predictions = heads.MaskedLMHead(
         encoder.get_embedding_table(), hidden_act=config.hidden_act,
-        initializer_range=config.initializer_range,
+        initializer_range=config.initializer_range, kernels=encoder.kernels,
         dtype=encoder.dtype_policy, name="cls_predictions")
     self.cls_seq_relationship = None
     if use_next_sentence:
@@ -53,9 +55,12 @@ class BertPretrainer(keras.Model):
 
   @classmethod
   def from_bert_config(cls, config: configs.BertConfig,
-                       use_next_sentence=True, **kwargs):
-    """Builds (with weights) a pretrainer around a new encoder for `config`."""
-    encoder = encoder_lib.BertEncoder.from_bert_config(config)
+                       use_next_sentence=True, kernels="keras", **kwargs):
+    """Builds (with weights) a pretrainer around a new encoder for `config`.
+
+    `kernels`: "fast" or "keras" for the encoder and the heads (`kernels.py`).
+    """
+    encoder = encoder_lib.BertEncoder.from_bert_config(config, kernels=kernels)
     model = cls(encoder, use_next_sentence=use_next_sentence, **kwargs)
     model.build({name: (None, None) for name in PRETRAINING_INPUT_NAMES})
     return model

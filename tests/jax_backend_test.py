@@ -1,0 +1,183 @@
+"""The model on the JAX backend: the "any Keras 3 backend" claim, run.
+
+The parent (TensorFlow, as conftest.py pins) builds the tiny BertPretrainer,
+saves its weights (.weights.h5), the inputs, and its outputs and gradients.
+One child process with KERAS_BACKEND=jax (this file run as a program; one
+process for every case, as JAX's import is not free) loads those weights into
+the same model built with kernels="fast" and with kernels="keras", and writes
+its outputs, the gradient of the pretraining loss (jax.grad, inference mode),
+and what one jit-compiled SGD step with dropout did to every weight. The
+parent compares: the outputs within 1e-5, the gradients within 1e-5 of the
+largest, every weight changed by the step.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from tests import testing
+
+POSITIONS = np.array([[1, 2, 6, 0], [0, 3, 4, 0], [5, 1, 2, 3]], np.int32)
+KERNELS = ("fast", "keras")
+_FAST_COMPILE = ("--xla_backend_optimization_level=0 "
+                 "--xla_llvm_disable_expensive_passes=true")
+
+
+def _data():
+  rng = np.random.default_rng(7)
+  return {**testing.random_inputs(), "masked_lm_positions": POSITIONS,
+          "masked_lm_ids": rng.integers(0, testing.VOCAB_SIZE, (3, 4)),
+          "masked_lm_weights": np.array([[1, 1, 1, 0], [1, 1, 1, 0],
+                                         [1, 1, 1, 1]], np.float32),
+          "next_sentence_labels": np.array([0, 1, 1], np.int32)}
+
+
+def _split(data):
+  from official_bert.modeling import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+  inputs = {k: data[k] for k in pretrainer_lib.PRETRAINING_INPUT_NAMES}
+  labels = {k: data[k] for k in ("masked_lm_ids", "masked_lm_weights",
+                                 "next_sentence_labels")}
+  encoder_inputs = {k: data[k] for k in encoder_lib.INPUT_NAMES}
+  return inputs, labels, encoder_inputs
+
+
+def _outputs(model, inputs, encoder_inputs):
+  encoded = model.encoder(encoder_inputs)
+  predicted = model(inputs)
+  return {"sequence_output": encoded["sequence_output"],
+          "pooled_output": encoded["pooled_output"],
+          "mlm_logits": predicted["mlm_logits"],
+          "next_sentence_logits": predicted["next_sentence_logits"]}
+
+
+@pytest.mark.slow
+def test_encoder_and_pretrainer_on_jax_match_tensorflow(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+
+  data = _data()
+  inputs, labels, encoder_inputs = _split(data)
+  config = testing.tiny_config()
+  config.to_json_file(str(tmp_path / "bert_config.json"))
+  model = pretrainer_lib.BertPretrainer.from_bert_config(config,
+                                                         kernels="keras")
+  model.save_weights(str(tmp_path / "model.weights.h5"))
+  np.savez(tmp_path / "data.npz", **data)
+  want = {k: np.asarray(v) for k, v in
+          _outputs(model, inputs, encoder_inputs).items()}
+  with tf.GradientTape() as tape:
+    loss = pretrainer_lib.pretraining_losses(labels, model(inputs))["loss"]
+  want_grads = [tf.convert_to_tensor(g).numpy()
+                for g in tape.gradient(loss, model.trainable_variables)]
+
+  proc = testing.run_cli(["-m", "tests.jax_backend_test", str(tmp_path)],
+                         env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                              # Compiles in half the time; a test of values.
+                              "XLA_FLAGS": _FAST_COMPILE},
+                         timeout=600)
+  with open(tmp_path / "jax_summary.json") as f:
+    summary = json.load(f)
+  assert summary["backend"] == "jax", proc.stdout
+  assert summary["auto"] == "keras"  # JAX compiles: "auto" is Keras's kernels
+  assert not summary["tensorflow_imported"]
+  got = np.load(tmp_path / "jax_results.npz")
+  names = [v.path for v in model.trainable_variables]
+  for kernels in KERNELS:
+    assert summary[kernels]["kernels_of_every_layer"] == [kernels]
+    for key, value in want.items():
+      np.testing.assert_allclose(got[f"{kernels}/{key}"], value, rtol=1e-5,
+                                 atol=1e-5, err_msg=f"{kernels} {key}")
+    np.testing.assert_allclose(got[f"{kernels}/loss"], loss, rtol=1e-5)
+    for i, (grad, name) in enumerate(zip(want_grads, names)):
+      np.testing.assert_allclose(
+          got[f"{kernels}/grad_{i}"], grad, rtol=1e-5,
+          atol=1e-5 * max(np.abs(grad).max(), 1e-3),
+          err_msg=f"{kernels} {name}")
+    # One compiled training step (dropout on) changed every weight.
+    unchanged = [n for n, c in zip(names, summary[kernels]["changed"])
+                 if not c]
+    assert not unchanged, (kernels, unchanged)
+    assert len(summary[kernels]["changed"]) == len(names) == 46
+    assert np.isfinite(summary[kernels]["train_loss"])
+
+
+def _child(workdir):
+  """Runs under KERAS_BACKEND=jax: see the module docstring."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+
+  data = dict(np.load(os.path.join(workdir, "data.npz")))
+  inputs, labels, encoder_inputs = _split(data)
+  config = configs.BertConfig.from_json_file(
+      os.path.join(workdir, "bert_config.json"))
+  summary = {"backend": keras.backend.backend(),
+             "auto": kernels_lib.resolve("auto")}
+  results = {}
+  for kernels in KERNELS:
+    model = pretrainer_lib.BertPretrainer.from_bert_config(config,
+                                                           kernels=kernels)
+    model.load_weights(os.path.join(workdir, "model.weights.h5"))
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    encoder = model.encoder
+    encoder_variables = ([v.value for v in encoder.trainable_variables],
+                         [v.value for v in encoder.non_trainable_variables])
+
+    def loss_fn(trainable, non_trainable, training):
+      outputs, non_trainable = model.stateless_call(
+          trainable, non_trainable, inputs, training=training)
+      loss = pretrainer_lib.pretraining_losses(labels, outputs)["loss"]
+      return loss, outputs
+
+    # Everything under jax.jit: JAX's eager mode compiles op by op.
+    @jax.jit
+    def evaluate(trainable, non_trainable, encoder_variables):
+      encoded, _ = encoder.stateless_call(*encoder_variables, encoder_inputs)
+      (loss, outputs), grads = jax.value_and_grad(
+          lambda t: loss_fn(t, non_trainable, False), has_aux=True)(trainable)
+      return encoded, outputs, loss, grads
+
+    @jax.jit
+    def train_step(trainable, non_trainable):
+      (loss, _), grads = jax.value_and_grad(
+          lambda t: loss_fn(t, non_trainable, True), has_aux=True)(trainable)
+      return [w - 0.1 * g for w, g in zip(trainable, grads)], loss
+
+    encoded, outputs, loss, grads = evaluate(trainable, non_trainable,
+                                             encoder_variables)
+    for key, value in {**encoded, **outputs}.items():
+      if key in ("sequence_output", "pooled_output", "mlm_logits",
+                 "next_sentence_logits"):
+        results[f"{kernels}/{key}"] = np.asarray(value)
+    # The encoder's sequence_output, not the pretrainer's (at the positions).
+    results[f"{kernels}/sequence_output"] = np.asarray(
+        encoded["sequence_output"])
+    results[f"{kernels}/pooled_output"] = np.asarray(encoded["pooled_output"])
+    results[f"{kernels}/loss"] = np.asarray(loss)
+    for i, grad in enumerate(grads):
+      results[f"{kernels}/grad_{i}"] = np.asarray(grad)
+    updated, train_loss = train_step(trainable, non_trainable)
+    summary[kernels] = {
+        "changed": [bool(np.any(np.asarray(a) != np.asarray(b)))
+                    for a, b in zip(updated, trainable)],
+        "train_loss": float(train_loss),
+        "kernels_of_every_layer": sorted({
+            layer.kernels for layer in model._flatten_layers()  # pylint: disable=protected-access
+            if hasattr(layer, "kernels")})}
+    print(f"{kernels}: done", flush=True)
+  # (keras.utils.set_random_seed would import TensorFlow: not called.)
+  summary["tensorflow_imported"] = "tensorflow" in sys.modules
+  np.savez(os.path.join(workdir, "jax_results.npz"), **results)
+  with open(os.path.join(workdir, "jax_summary.json"), "w") as f:
+    json.dump(summary, f)
+
+
+if __name__ == "__main__":
+  _child(sys.argv[1])
