@@ -194,10 +194,12 @@ def _measure(peers, workloads, rounds):
       for peer in order:
         fn = peers.fns[peer]
         for text in singles:
-          start = time.perf_counter()
+          start, cpu = time.perf_counter(), time.process_time()
           fn([text])
           times.setdefault((workload, peer, 1), []).append(
               time.perf_counter() - start)
+          times.setdefault((workload, peer, "cpu"), []).append(
+              time.process_time() - cpu)
         for size, batch in batches.items():
           start = time.perf_counter()
           fn(batch)
@@ -212,10 +214,10 @@ def _p95(values):
 
 
 def _report(name, peers, times, workloads):
-  print(f"\n{name}: median (p95) ms for one text; texts/s at batch 8 / 32 "
-        "(median batch time)")
-  header = f"{'workload':8} {'peer':5} {'1 text ms':>16} {'b8 /s':>8} " \
-           f"{'b32 /s':>8}   vs hf: latency, b8, b32"
+  print(f"\n{name}: median (p95) ms for one text, and its median CPU time "
+        "(all threads); texts/s at batch 8 / 32 (median batch time)")
+  header = f"{'workload':8} {'peer':5} {'1 text ms':>16} {'cpu ms':>7} " \
+           f"{'b8 /s':>8} {'b32 /s':>8}   vs hf: latency, b8, b32"
   print(header)
   summary = {}
   for workload in workloads:
@@ -224,15 +226,16 @@ def _report(name, peers, times, workloads):
       one = times[(workload, peer, 1)]
       row[peer] = (statistics.median(one) * 1e3, _p95(one) * 1e3,
                    8 / statistics.median(times[(workload, peer, 8)]),
-                   32 / statistics.median(times[(workload, peer, 32)]))
-    for peer, (median, p95, b8, b32) in row.items():
+                   32 / statistics.median(times[(workload, peer, 32)]),
+                   statistics.median(times[(workload, peer, "cpu")]) * 1e3)
+    for peer, (median, p95, b8, b32, cpu) in row.items():
       ratios = ""
       if "hf" in row and peer != "hf":
         hf = row["hf"]
         ratios = (f"   {hf[0] / median:.2f}x, {b8 / hf[2]:.2f}x, "
                   f"{b32 / hf[3]:.2f}x")
-      print(f"{workload:8} {peer:5} {median:7.1f} ({p95:6.1f}) {b8:8.1f} "
-            f"{b32:8.1f}{ratios}")
+      print(f"{workload:8} {peer:5} {median:7.1f} ({p95:6.1f}) {cpu:7.1f} "
+            f"{b8:8.1f} {b32:8.1f}{ratios}")
     summary[workload] = row
   if "hf" in summary["short"]:
     ours, hf = summary["short"]["ours"], summary["short"]["hf"]
