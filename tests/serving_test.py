@@ -343,3 +343,20 @@ def test_fill_mask_returns_the_masked_lm_top_k(exported, served):
                                  probabilities[best], atol=1e-6)
       assert [t.decode() for t in got["top_k_tokens"][b, m].numpy()] == [
           vocab[i] for i in best]
+
+
+def test_pack_to_longest_rounds_up_and_caps():
+  pieces = tf.ragged.constant([[5, 6, 7], [8], []], tf.int64)
+  for multiple, want in ((1, 5), (4, 8), (8, 8), (32, SEQ_LENGTH)):
+    packed = serving.pack_to_longest([pieces], SEQ_LENGTH, 2, 3, multiple)
+    assert packed["input_word_ids"].shape == (3, want), multiple
+    np.testing.assert_array_equal(packed["input_mask"].numpy().sum(1),
+                                  [5, 3, 2])
+  np.testing.assert_array_equal(packed["input_word_ids"][0, :6],
+                                [2, 5, 6, 7, 3, 0])
+  # A pair longer than seq_length: 13 pieces kept round-robin (7 + 6).
+  long = tf.ragged.constant([list(range(10, 30))], tf.int64)
+  packed = serving.pack_to_longest([long, long], SEQ_LENGTH, 2, 3, 8)
+  assert packed["input_word_ids"].shape == (1, SEQ_LENGTH)
+  np.testing.assert_array_equal(packed["input_type_ids"][0],
+                                [0] * 9 + [1] * 7)  # [CLS] 7 [SEP] 6 [SEP]
