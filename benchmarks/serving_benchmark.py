@@ -46,7 +46,7 @@ def _define_flags():
   flags.DEFINE_list("models", list(MODELS), f"Which of {list(MODELS)}.")
   flags.DEFINE_list("peers", ["hf", "onnx"], "Peers to time beside ours.")
   flags.DEFINE_bool("quick", False, "L6_H384 only, fewer rounds (~2 min).")
-  flags.DEFINE_integer("rounds", 12, "Interleaved rounds per model.")
+  flags.DEFINE_integer("rounds", 8, "Interleaved rounds per model.")
   flags.DEFINE_integer("max_seq_length", 128, "Longest packed input.")
   flags.DEFINE_string("corpus", "../shared/data/pydocs_corpus.txt",
                       "Sentences, one per line.")
