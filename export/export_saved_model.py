@@ -8,8 +8,11 @@ r"""Exports a BERT checkpoint as a TensorFlow Serving model version.
 
 writes `/models/bert/<version>/` (the next free version unless --version)
 with signatures `serving_default` (text [, text_b] -> pooled_output,
-sequence_output) and `serving_ids` (int32 ids -> the same), the vocab as an
-asset and warmup requests; serve it with
+sequence_output, input_mask, sentence_embedding; the texts are padded to the
+longest of the request, at most --max_seq_length), `serving_ids` (int32 ids
+-> the same) and, when the checkpoint has a masked-LM head, `fill_mask`
+(text with [MASK] -> the top --fill_mask_top_k tokens per [MASK]), the vocab
+as an asset and warmup requests; serve it with
 `tensorflow_model_server --model_name=bert --model_base_path=/models/bert`.
 Fine-tuned classifiers are exported from Python with
 `export.serving.export_saved_model(..., outputs=serving.classifier_outputs)`.
@@ -26,7 +29,8 @@ from official_bert import cli
 
 _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",
-               "text_pair")
+               "text_pair", "dynamic_length", "pad_multiple",
+               "normalize_embedding", "fill_mask", "fill_mask_top_k")
 
 
 def main(argv):
@@ -41,7 +45,10 @@ def main(argv):
         FLAGS.export_dir, FLAGS.bert_config_file, FLAGS.init_checkpoint,
         FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
         seq_length=FLAGS.max_seq_length, text_pair=FLAGS.text_pair,
-        version=FLAGS.version,
+        version=FLAGS.version, dynamic_length=FLAGS.dynamic_length,
+        pad_multiple=FLAGS.pad_multiple,
+        normalize_embedding=FLAGS.normalize_embedding,
+        fill_mask=FLAGS.fill_mask, top_k=FLAGS.fill_mask_top_k,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
   except (ValueError, OSError) as e:
@@ -52,11 +59,24 @@ def main(argv):
     print(f"WARNING: ops outside core TF and TF Text: {ops['other']}",
           flush=True)
   inputs = "text, text_b" if FLAGS.text_pair else "text"
+  fill_mask = ""
+  if serving.SIGNATURE_FILL_MASK in _signature_names(path):
+    fill_mask = (f"; {serving.SIGNATURE_FILL_MASK}(text) -> top_k_tokens, "
+                 "top_k_probabilities, top_k_ids, mask_positions")
   print(f"Wrote {path}: signatures {serving.SIGNATURE_TEXT}({inputs}) and "
         f"{serving.SIGNATURE_IDS}(input_word_ids, input_mask, input_type_ids)"
-        f" -> pooled_output, sequence_output; ops: {len(ops['core'])} core "
+        f" -> pooled_output, sequence_output, input_mask, sentence_embedding"
+        f"{fill_mask}; ops: {len(ops['core'])} core "
         f"TF, {len(ops['tf_text'])} TF Text; {time.time() - start:.1f} s",
         flush=True)
+
+
+def _signature_names(path):
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  proto = saved_model_pb2.SavedModel()
+  with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+    proto.ParseFromString(f.read())
+  return set(proto.meta_graphs[0].signature_def)
 
 
 def define_flags():
@@ -69,6 +89,19 @@ def define_flags():
                        "Version number (default: next free one).")
   flags.DEFINE_bool("text_pair", False,
                     "serving_default also takes text_b (sentence pairs).")
+  flags.DEFINE_bool("dynamic_length", True,
+                    "Pad text requests to their longest text (at most "
+                    "--max_seq_length); false: always to --max_seq_length.")
+  flags.DEFINE_integer("pad_multiple", serving.DEFAULT_PAD_MULTIPLE,
+                       "With --dynamic_length, round the padded length up "
+                       "to a multiple of this.")
+  flags.DEFINE_bool("normalize_embedding", False,
+                    "L2-normalise the sentence_embedding output.")
+  flags.DEFINE_bool("fill_mask", True,
+                    "Add the fill_mask signature when the checkpoint has a "
+                    "masked-LM head.")
+  flags.DEFINE_integer("fill_mask_top_k", serving.DEFAULT_TOP_K,
+                       "Tokens fill_mask returns per [MASK].")
   flags.mark_flag_as_required("export_dir")
   flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 

@@ -1,20 +1,35 @@
 """A TensorFlow Serving model directory: raw text in, named outputs out.
 
-`export_saved_model` writes `<export_dir>/<version>/`, a SavedModel with two
+`export_saved_model` writes `<export_dir>/<version>/`, a SavedModel with
 explicit signatures and everything it needs inside (vocab as an asset,
 tokenizer as TF + TF Text ops, warmup requests):
 
   serving_default   text [B] string (+ text_b [B] with `text_pair=True`)
                     -> tokenized, [CLS] a [SEP] (b [SEP]), trimmed
-                    round-robin to `seq_length`, padded, then the model.
+                    round-robin to `seq_length`, padded to the longest text
+                    of the request (T <= seq_length), then the model.
   serving_ids       input_word_ids, input_mask, input_type_ids int32 [B, T]
-                    -> the model; T longer than `seq_length` is cut to it.
+                    -> the model at T; T longer than `seq_length` is cut.
+  fill_mask         (with `mlm_head`) text [B] holding "[MASK]" -> the
+                    top-k tokens at each [MASK] (see `ServingModule`).
 
-Both return the same named float32 outputs, chosen by `outputs`:
-`encoder_outputs` (pooled_output [B, H], sequence_output [B, T, H]) for a
-pretrained encoder, `classifier_outputs` (logits, probabilities [B, C]) or
-`regression_outputs` (predictions [B]) for fine-tuned models. Text longer
-than the model allows is truncated, never an error at serving time.
+serving_default and serving_ids return the same named outputs, chosen by
+`outputs`: `encoder_outputs` (pooled_output [B, H], sequence_output
+[B, T, H]) for a pretrained encoder, `classifier_outputs` (logits,
+probabilities [B, C]) or `regression_outputs` (predictions [B]) for
+fine-tuned models. Whenever the outputs hold `sequence_output`, the
+signatures also return `input_mask` int32 [B, T] (which of the T positions
+are tokens) and `sentence_embedding` float32 [B, H], the mean of
+`sequence_output` over the tokens (L2-normalised with
+`normalize_embedding=True`). Text longer than the model allows is
+truncated, never an error at serving time.
+
+Text requests run at the length they need: T is the longest packed text
+of the request (rounded up to a multiple of `pad_multiple`), at most
+`seq_length`; with `dynamic_length=False` every text is padded to
+`seq_length` as TF-Hub's preprocessor does (for clients or server-side
+batching that need one fixed shape). At the token positions both give the
+same values.
 
 Fine-tuned classifier (what run_classifier.py calls):
 
@@ -23,13 +38,14 @@ Fine-tuned classifier (what run_classifier.py calls):
         do_lower_case=True, seq_length=128,
         outputs=serving.classifier_outputs, text_pair=False)
 
-Pretrained checkpoint: `export_pretrained(...)` (export_saved_model.py).
+Pretrained checkpoint: `export_pretrained(...)`.
 """
 
 import os
 import re
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from export import saved_model_io
 from export import tfhub_modules
@@ -38,6 +54,8 @@ from official_bert.data import tokenization
 
 SIGNATURE_TEXT = "serving_default"
 SIGNATURE_IDS = "serving_ids"
+SIGNATURE_FILL_MASK = "fill_mask"
+MASK_TOKEN = "[MASK]"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # Sent to the model by TF Serving before it reports the version ready, so
 # the first real request does not pay for graph optimisation.
@@ -45,6 +63,8 @@ DEFAULT_WARMUP_TEXTS = (
     "The quick brown fox jumps over the lazy dog.",
     "BERT reads the whole sentence at once.",
 )
+DEFAULT_PAD_MULTIPLE = 1
+DEFAULT_TOP_K = 5
 
 
 def encoder_outputs(model_outputs):
@@ -68,29 +88,127 @@ def regression_outputs(model_outputs):
   return {"predictions": tf.cast(model_outputs, tf.float32)[:, 0]}
 
 
+def mean_pool(sequence_output, input_mask, normalize=False):
+  """Masked mean over tokens: [B, T, H], [B, T] -> [B, H] float32.
+
+  A row without tokens gives zeros. With `normalize`, each row is divided
+  by its L2 norm (cosine similarity becomes a dot product).
+  """
+  mask = tf.cast(input_mask, tf.float32)[:, :, None]  # [B, T, 1]
+  total = tf.reduce_sum(tf.cast(sequence_output, tf.float32) * mask, axis=1)
+  count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)  # [B, 1]
+  mean = total / count
+  return tf.math.l2_normalize(mean, axis=-1) if normalize else mean
+
+
+def tokenize_with_masks(tokenizer, texts):
+  """Like `tokenizer.tokenize`, with each "[MASK]" in the text kept whole.
+
+  The plain tokenizer splits "[MASK]" into "[", "mask", "]" (brackets are
+  punctuation). As Hugging Face's tokenizers do for special tokens, the
+  exact string "[MASK]" (case-sensitive) is cut out of the text first and
+  becomes the [MASK] id; the pieces between are tokenized as usual
+  (the cut is a word boundary anyway: "[" is punctuation).
+
+  Args:
+    tokenizer: a `tokenization.FullTokenizer`.
+    texts: string Tensor [B].
+
+  Returns:
+    int64 RaggedTensor [B, (pieces)].
+  """
+  parts = tf.strings.split(texts, sep=MASK_TOKEN)  # [B, (masks + 1)]
+  pieces = tokenizer.tokenize(parts.flat_values)  # [N_parts, (P)]
+  # Every part but the last of its text is followed by one [MASK].
+  index = tf.range(tf.size(parts.flat_values, out_type=tf.int64))
+  last = parts.row_splits[1:] - 1
+  followed = tf.not_equal(index, tf.gather(last, parts.value_rowids()))
+  masks = tf.RaggedTensor.from_row_lengths(
+      tf.fill([tf.reduce_sum(tf.cast(followed, tf.int64))],
+              tf.constant(tokenizer.mask_id, tf.int64)),
+      tf.cast(followed, tf.int64))  # [N_parts, (0 or 1)]
+  joined = tf.concat([pieces, masks], axis=1)  # [N_parts, (P + 0/1)]
+  return tf.RaggedTensor.from_row_splits(
+      joined, parts.row_splits).merge_dims(1, 2)
+
+
+def pack_to_longest(segments, seq_length, cls_id, sep_id, pad_multiple=1):
+  """`[CLS] a [SEP] (b [SEP])`, trimmed to seq_length, padded to the longest.
+
+  As `tfhub_modules.pack_inputs`, but the batch is padded only to its
+  longest packed row, rounded up to a multiple of `pad_multiple` and at
+  most `seq_length`.
+
+  Args:
+    segments: list of 1 or 2 int RaggedTensors [B, (pieces)].
+    seq_length: the longest packed length (an int).
+    cls_id, sep_id: the special ids.
+    pad_multiple: round the padded length up to a multiple of this.
+
+  Returns:
+    dict of int32 [B, T] `input_word_ids`, `input_mask`, `input_type_ids`.
+  """
+  flat = [tf.cast(segment, tf.int32) for segment in segments]
+  trimmed = tf_text.RoundRobinTrimmer(
+      max_seq_length=seq_length - len(flat) - 1).trim(flat)
+  ids, type_ids = tf_text.combine_segments(
+      trimmed, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+  lengths = tf.cast(ids.row_lengths(), tf.int32)  # [B]
+  longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
+  length = tf.minimum((longest + pad_multiple - 1) // pad_multiple *
+                      pad_multiple, seq_length)
+  shape = tf.stack([tf.size(lengths), length])
+  return {"input_word_ids": tf.cast(ids.to_tensor(shape=shape), tf.int32),
+          "input_mask": tf.sequence_mask(lengths, length, dtype=tf.int32),
+          "input_type_ids": tf.cast(type_ids.to_tensor(shape=shape),
+                                    tf.int32)}
+
+
 class ServingModule(tf.__internal__.tracking.AutoTrackable):
-  """The exported object: the model, the tokenizer and both signatures.
+  """The exported object: the model, the tokenizer and the signatures.
 
   Args:
     model: a Keras model (or callable) taking the encoder-input dict and
       `training=`.
     outputs: `fn(model_outputs) -> dict of named Tensors`.
     vocab_file, do_lower_case: the model's vocabulary and casing.
-    seq_length: packed length of text requests and the longest id request.
+    seq_length: longest packed length of text requests and of id requests.
     text_pair: whether `serving_default` takes `text_b` too.
+    dynamic_length: pad text requests to their longest text (True) or to
+      `seq_length` (False).
+    pad_multiple: with dynamic_length, round the length up to a multiple.
+    normalize_embedding: L2-normalise `sentence_embedding`.
+    mlm_head: the `MaskedLMHead` of `model` (a `BertEncoder`): adds the
+      `fill_mask` signature, text [B] -> `top_k_ids` int32 [B, M, K],
+      `top_k_tokens` string [B, M, K], `top_k_probabilities` float32
+      [B, M, K] (softmax over the vocabulary, best first) and
+      `mask_positions` int32 [B, M] (the [MASK]'s index in the packed
+      input, [CLS] = 0), for the M [MASK]s of the request's text with the
+      most of them; a text with fewer has -1 positions, "" tokens, id -1
+      and probability 0 in the rest.
+    top_k: K of `fill_mask`.
   """
 
   def __init__(self, model, outputs, vocab_file, do_lower_case, seq_length,
-               text_pair=False):
+               text_pair=False, dynamic_length=True,
+               pad_multiple=DEFAULT_PAD_MULTIPLE, normalize_embedding=False,
+               mlm_head=None, top_k=DEFAULT_TOP_K):
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     self._tokenizer = tfhub_modules.Untracked(tokenizer)
     self._ids = (tokenizer.cls_id, tokenizer.sep_id)
     self.vocab_file = tf.saved_model.Asset(vocab_file)
     self._model = tfhub_modules.Untracked(model)
+    self._mlm_head = tfhub_modules.Untracked(mlm_head)
+    layers = [model] + ([mlm_head] if mlm_head is not None else [])
     # Tracked as plain tf.Variables (see tfhub_modules.tf_variables).
-    self.variables, _ = tfhub_modules.tf_variables(model)
+    self.variables, _ = tfhub_modules.tf_variables(*layers)
     self._outputs = outputs
     self.seq_length = seq_length
+    self._dynamic_length = dynamic_length
+    self._pad_multiple = pad_multiple
+    self._normalize_embedding = normalize_embedding
+    self._top_k = min(top_k, tokenizer.vocab_size)
+    self._vocab = tokenizer.vocab
     text = tf.TensorSpec([None], tf.string, name="text")
     if text_pair:
       text_b = tf.TensorSpec([None], tf.string, name="text_b")
@@ -103,20 +221,29 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
         self._serve_ids, autograph=False, input_signature=[
             tf.TensorSpec([None, None], tf.int32, name=name)
             for name in encoder_lib.INPUT_NAMES])
+    functions = {SIGNATURE_TEXT: serve_text, SIGNATURE_IDS: serve_ids}
+    if mlm_head is not None:
+      functions[SIGNATURE_FILL_MASK] = tf.function(
+          self._fill_mask, input_signature=[text], autograph=False)
     # Saved as signatures only: a tracked tf.function would be traced again
-    # by tf.saved_model.save (about half the export time).
+    # by tf.saved_model.save (about half the export time). The model should
+    # have kernels="keras" (see kernels.py): the fast kernels are for
+    # training, and their forward re-scales the feed-forward kernels on
+    # every call.
     self._signatures = tfhub_modules.Untracked({
-        SIGNATURE_TEXT: serve_text.get_concrete_function(),
-        SIGNATURE_IDS: serve_ids.get_concrete_function()})
+        name: function.get_concrete_function()
+        for name, function in functions.items()})
 
   def signatures(self):
     return dict(self._signatures.value)
 
   def _serve_text(self, text):
-    return self._run(self._pack([text]))
+    return self._run(self._pack([self._tokenizer.value.tokenize(text)]))
 
   def _serve_pair(self, text, text_b):
-    return self._run(self._pack([text, text_b]))
+    tokenizer = self._tokenizer.value
+    return self._run(self._pack([tokenizer.tokenize(text),
+                                 tokenizer.tokenize(text_b)]))
 
   def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
     # Longer requests are cut to seq_length (the model cannot take more
@@ -126,14 +253,44 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     return self._run({name: tensor[:, :self.seq_length]
                       for name, tensor in inputs.items()})
 
-  def _pack(self, texts):
-    segments = [self._tokenizer.value.tokenize(t) for t in texts]
+  def _pack(self, segments):
+    if self._dynamic_length:
+      return pack_to_longest(segments, self.seq_length, *self._ids,
+                             pad_multiple=self._pad_multiple)
     return tfhub_modules.pack_inputs(segments, self.seq_length, *self._ids)
 
   def _run(self, inputs):
     named = self._outputs(self._model.value(inputs, training=False))
-    return {name: tf.cast(value, tf.float32) if value.dtype.is_floating
-            else value for name, value in named.items()}
+    named = {name: tf.cast(value, tf.float32) if value.dtype.is_floating
+             else value for name, value in named.items()}
+    if "sequence_output" in named:
+      named["input_mask"] = tf.cast(inputs["input_mask"], tf.int32)
+      named["sentence_embedding"] = mean_pool(
+          named["sequence_output"], inputs["input_mask"],
+          self._normalize_embedding)
+    return named
+
+  def _fill_mask(self, text):
+    tokenizer = self._tokenizer.value
+    inputs = self._pack([tokenize_with_masks(tokenizer, text)])
+    word_ids = inputs["input_word_ids"]
+    # [B, (M)] -> [B, M]: where the [MASK]s are, -1 after a row's last.
+    positions = tf.ragged.boolean_mask(
+        tf.broadcast_to(tf.range(tf.shape(word_ids)[1]), tf.shape(word_ids)),
+        tf.equal(word_ids, tokenizer.mask_id)).to_tensor(default_value=-1)
+    found = positions >= 0
+    # The last block runs at the [MASK] positions only (and [CLS]).
+    outputs = self._model.value(inputs, training=False,
+                                output_positions=tf.maximum(positions, 0))
+    logits = self._mlm_head.value(outputs["sequence_output"])  # [B, M, V]
+    probabilities, ids = tf.math.top_k(tf.nn.softmax(
+        tf.cast(logits, tf.float32), axis=-1), k=self._top_k)  # [B, M, K]
+    keep = tf.broadcast_to(found[:, :, None], tf.shape(ids))
+    tokens = tf.gather(tf.constant(self._vocab), ids)
+    return {"top_k_ids": tf.where(keep, ids, -1),
+            "top_k_tokens": tf.where(keep, tokens, ""),
+            "top_k_probabilities": tf.where(keep, probabilities, 0.0),
+            "mask_positions": positions}
 
 
 def next_version(export_dir):
@@ -148,7 +305,10 @@ def next_version(export_dir):
 def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        seq_length=128, outputs=encoder_outputs,
                        text_pair=False, version=None,
-                       warmup_texts=DEFAULT_WARMUP_TEXTS, log=None):
+                       warmup_texts=DEFAULT_WARMUP_TEXTS, log=None,
+                       dynamic_length=True, pad_multiple=DEFAULT_PAD_MULTIPLE,
+                       normalize_embedding=False, mlm_head=None,
+                       top_k=DEFAULT_TOP_K):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -167,6 +327,13 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     version: integer version; default one more than the newest present.
     warmup_texts: texts of the warmup requests (empty: none).
     log: optional `fn(message)` told about each step (the CLI prints them).
+    dynamic_length: text requests run at their longest text's length
+      (True) or at `seq_length` (False: one fixed shape).
+    pad_multiple: with dynamic_length, round that length up to a multiple.
+    normalize_embedding: L2-normalise the `sentence_embedding` output.
+    mlm_head: `model`'s masked-LM head (model must be its `BertEncoder`):
+      adds the `fill_mask` signature (see `ServingModule`).
+    top_k: how many tokens `fill_mask` returns per [MASK].
 
   Returns:
     The path of the written version directory.
@@ -180,6 +347,10 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                      f"seq_length <= {max_positions}")
   if seq_length < 3:
     raise ValueError(f"seq_length must be at least 3, got {seq_length}")
+  if pad_multiple < 1:
+    raise ValueError(f"pad_multiple must be at least 1, got {pad_multiple}")
+  if top_k < 1:
+    raise ValueError(f"top_k must be at least 1, got {top_k}")
   vocab_size = getattr(model, "vocab_size", None)
   if vocab_size is None and hasattr(model, "encoder"):
     vocab_size = model.encoder.vocab_size
@@ -187,10 +358,16 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     saved_model_io.check_vocab(vocab_file, vocab_size)
   version = next_version(export_dir) if version is None else int(version)
   log = log or (lambda message: None)
-  log(f"tracing signatures {SIGNATURE_TEXT}, {SIGNATURE_IDS}")
-  module = ServingModule(model, outputs, vocab_file, do_lower_case,
-                         seq_length, text_pair)
-  requests = _warmup_requests(list(warmup_texts), text_pair)
+  names = [SIGNATURE_TEXT, SIGNATURE_IDS] + (
+      [SIGNATURE_FILL_MASK] if mlm_head is not None else [])
+  log(f"tracing signatures {', '.join(names)}")
+  module = ServingModule(
+      model, outputs, vocab_file, do_lower_case, seq_length, text_pair,
+      dynamic_length=dynamic_length, pad_multiple=pad_multiple,
+      normalize_embedding=normalize_embedding, mlm_head=mlm_head,
+      top_k=top_k)
+  requests = _warmup_requests(list(warmup_texts), text_pair,
+                              fill_mask=mlm_head is not None)
   log(f"writing version {version} under {export_dir}")
   return saved_model_io.atomic_save(
       module, os.path.join(export_dir, str(version)),
@@ -199,21 +376,23 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
 
 
 def export_pretrained(export_dir, bert_config_file, init_checkpoint,
-                      vocab_file, **kwargs):
+                      vocab_file, fill_mask=True, **kwargs):
   """`export_saved_model` of the encoder in a pretraining checkpoint.
 
-  Serves `pooled_output` and `sequence_output`; `kwargs` as
-  `export_saved_model`'s.
+  Serves `pooled_output`, `sequence_output`, `input_mask` and
+  `sentence_embedding`, plus `fill_mask` when `fill_mask` is True and the
+  checkpoint has a masked-LM head; `kwargs` as `export_saved_model`'s.
   """
   if kwargs.get("log"):
     kwargs["log"](f"restoring the encoder from {init_checkpoint}")
-  encoder, _ = saved_model_io.load_pretrained(
-      bert_config_file, init_checkpoint, with_mlm=False)
-  return export_saved_model(export_dir, encoder, vocab_file, **kwargs)
+  encoder, mlm_head = saved_model_io.load_pretrained(
+      bert_config_file, init_checkpoint, with_mlm=fill_mask)
+  return export_saved_model(export_dir, encoder, vocab_file,
+                            mlm_head=mlm_head, **kwargs)
 
 
-def _warmup_requests(texts, text_pair):
-  """PredictRequests for both signatures, built from `texts`."""
+def _warmup_requests(texts, text_pair, fill_mask=False):
+  """PredictRequests for every signature, built from `texts`."""
   from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
   if not texts:
     return []
@@ -232,7 +411,14 @@ def _warmup_requests(texts, text_pair):
                     ("input_type_ids", [0, 0, 0])):
     ids_request.inputs[name].CopyFrom(
         tf.make_tensor_proto([row], dtype=tf.int32))
-  return [text_request, ids_request]
+  requests = [text_request, ids_request]
+  if fill_mask:
+    mask_request = predict_pb2.PredictRequest()
+    mask_request.model_spec.signature_name = SIGNATURE_FILL_MASK
+    mask_request.inputs["text"].CopyFrom(tf.make_tensor_proto(
+        [f"{text} {MASK_TOKEN}" for text in texts]))
+    requests.append(mask_request)
+  return requests
 
 
 def write_warmup_requests(saved_model_dir, requests):

@@ -48,8 +48,8 @@ def exported(tmp_path_factory):
   assert "signatures serving_default(text)" in proc.stdout
   shutil.copytree(root / "original", root / "models" / "bert")
   shutil.rmtree(root / "original")
-  return {"encoder": model.encoder, "root": root,
-          "path": str(root / "models" / "bert" / "1")}
+  return {"encoder": model.encoder, "mlm_head": model.cls_predictions,
+          "root": root, "path": str(root / "models" / "bert" / "1")}
 
 
 @pytest.fixture(scope="module")
@@ -68,21 +68,28 @@ def _keras_on_text(encoder, texts, texts_b=None):
   return inputs, encoder(inputs, training=False)
 
 
+def _at_tokens(sequence_output, input_mask):
+  """[B, T, H] -> the rows' token positions, concatenated [N, H]."""
+  return np.asarray(sequence_output)[np.asarray(input_mask) == 1]
+
+
 def test_signatures_answer_raw_text_and_ids(exported, served):
-  assert set(served.signatures) == {"serving_default", "serving_ids"}
+  assert set(served.signatures) == {"serving_default", "serving_ids",
+                                    "fill_mask"}
   text_fn = served.signatures["serving_default"]
   ids_fn = served.signatures["serving_ids"]
   assert set(text_fn.structured_input_signature[1]) == {"text"}
   assert set(ids_fn.structured_input_signature[1]) == {
       "input_word_ids", "input_mask", "input_type_ids"}
-  assert set(text_fn.structured_outputs) == {"pooled_output",
-                                             "sequence_output"}
+  assert set(text_fn.structured_outputs) == {
+      "pooled_output", "sequence_output", "input_mask", "sentence_embedding"}
 
   got = text_fn(text=tf.constant(TEXTS))
   inputs, want = _keras_on_text(exported["encoder"], TEXTS)
   assert int(inputs["input_mask"][2].numpy().sum()) == SEQ_LENGTH  # truncated
-  for name in ("pooled_output", "sequence_output"):
-    np.testing.assert_allclose(got[name], want[name], atol=1e-6)
+  for name in ("pooled_output", "sequence_output", "input_mask"):
+    np.testing.assert_allclose(got[name], want.get(name, inputs.get(name)),
+                               atol=1e-6)
 
   # Ids: any length up to SEQ_LENGTH as is; longer requests are cut.
   for seq in (testing.SEQ, 23):
@@ -113,35 +120,59 @@ def test_warmup_requests_replay(exported, served):
   for record in tf.data.TFRecordDataset(path):
     logs.append(prediction_log_pb2.PredictionLog.FromString(record.numpy()))
   assert [log.predict_log.request.model_spec.signature_name for log in logs] \
-      == ["serving_default", "serving_ids"]
+      == ["serving_default", "serving_ids", "fill_mask"]
   for log in logs:
     request = log.predict_log.request
     inputs = {name: tf.constant(tf.make_ndarray(proto))
               for name, proto in request.inputs.items()}
     outputs = served.signatures[request.model_spec.signature_name](**inputs)
-    assert outputs["pooled_output"].shape[0] == len(
-        next(iter(inputs.values())))
+    first = next(iter(outputs.values()))
+    assert first.shape[0] == len(next(iter(inputs.values())))
+  # The fill_mask request holds a [MASK] in every text.
+  assert (outputs["mask_positions"].numpy()[:, 0] > 0).all()
 
 
-def test_saved_model_cli_run_matches_keras(exported, tmp_path):
+def test_saved_model_cli_run_matches_keras(exported, served, tmp_path):
   # saved_model_cli's own main in a fresh process, with TF Text's kernels
   # registered first (as tensorflow_model_server links them in); it loads
-  # the graph the TF1 way TF Serving does (session + restore op).
-  code = ("import sys, tensorflow_text; "
-          "from tensorflow.python.tools.saved_model_cli import main; "
-          "sys.argv[0] = 'saved_model_cli'; sys.exit(main())")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  # the graph the TF1 way TF Serving does (session + restore op). Two runs
+  # in one process: serving_default and fill_mask.
   texts = TEXTS[:2]
-  proc = subprocess.run(
-      [sys.executable, "-c", code, "run", "--dir", exported["path"],
-       "--tag_set", "serve", "--signature_def", "serving_default",
-       "--input_exprs", f"text={texts!r}", "--outdir", str(tmp_path)],
-      capture_output=True, text=True, timeout=300, env=env)
+  masked = ["the [MASK] sat on the mat"]
+  runs = [["saved_model_cli", "run", "--dir", exported["path"], "--tag_set",
+           "serve", "--signature_def", name, "--input_exprs",
+           f"text={inputs!r}", "--outdir", str(tmp_path / name)]
+          for name, inputs in (("serving_default", texts),
+                               ("fill_mask", masked))]
+  code = ("import sys, tensorflow_text\n"
+          "from tensorflow.python.tools.saved_model_cli import main\n"
+          f"for argv in {runs!r}:\n"
+          "  sys.argv = argv\n"
+          "  try:\n"
+          "    main()\n"
+          "  except SystemExit as e:\n"
+          "    if e.code:\n"
+          "      raise\n")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=300, env=env)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  _, want = _keras_on_text(exported["encoder"], texts)
-  for name in ("pooled_output", "sequence_output"):
-    got = np.load(tmp_path / f"{name}.npy")
-    np.testing.assert_allclose(got, want[name], atol=1e-6)
+  inputs, want = _keras_on_text(exported["encoder"], texts)
+  got = {name: np.load(tmp_path / "serving_default" / f"{name}.npy")
+         for name in ("pooled_output", "sequence_output", "input_mask")}
+  # Padded to the longer text only.
+  assert got["input_mask"].shape[1] == inputs["input_mask"].numpy().sum(
+      1).max() < SEQ_LENGTH
+  np.testing.assert_allclose(got["pooled_output"], want["pooled_output"],
+                             atol=1e-6)
+  np.testing.assert_allclose(
+      _at_tokens(got["sequence_output"], got["input_mask"]),
+      _at_tokens(want["sequence_output"], inputs["input_mask"]), atol=1e-6)
+  want_mask = served.signatures["fill_mask"](text=tf.constant(masked))
+  for name in ("top_k_ids", "top_k_probabilities", "mask_positions"):
+    np.testing.assert_allclose(
+        np.load(tmp_path / "fill_mask" / f"{name}.npy"), want_mask[name],
+        atol=1e-6)
 
 
 def test_graph_uses_only_core_tf_and_tf_text_ops(exported):
@@ -207,6 +238,9 @@ def test_bad_export_arguments(exported, tmp_path):
       testing.tiny_config(vocab_size=50))
   with pytest.raises(ValueError, match="has 99 tokens but the model's"):
     serving.export_saved_model(str(tmp_path), small, VOCAB, seq_length=8)
+  with pytest.raises(ValueError, match="pad_multiple must be at least 1"):
+    serving.export_saved_model(str(tmp_path), encoder, VOCAB, seq_length=8,
+                               pad_multiple=0)
   with pytest.raises(ValueError, match="already exists"):
     serving.export_saved_model(os.path.dirname(exported["path"]), encoder,
                                VOCAB, seq_length=8, version=1)
@@ -222,3 +256,107 @@ def test_bad_export_arguments(exported, tmp_path):
   assert "nope.txt does not exist" in proc.stderr
   assert "Traceback" not in proc.stderr
   assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_text_runs_at_its_length_and_equals_the_fixed_length_export(
+    exported, served):
+  # The same model with every text padded to seq_length (the TF-Hub
+  # preprocessor's packing), and sentence_embedding L2-normalised.
+  fixed = serving.ServingModule(
+      exported["encoder"], serving.encoder_outputs, VOCAB, True, SEQ_LENGTH,
+      dynamic_length=False, normalize_embedding=True).signatures()
+  texts = tf.constant(["Hello, world!", "the cat sat on the mat.", ""])
+  got = served.signatures["serving_default"](text=texts)
+  want = fixed["serving_default"](text=texts)
+  mask = got["input_mask"].numpy()
+  # "the cat sat on the mat ." is 7 pieces: [CLS] + 7 + [SEP] = 9 < 16.
+  assert mask.shape == (3, 9) and want["input_mask"].shape == (3, SEQ_LENGTH)
+  np.testing.assert_array_equal(mask.sum(1), [6, 9, 2])
+  np.testing.assert_array_equal(want["input_mask"].numpy()[:, :9], mask)
+  np.testing.assert_allclose(got["pooled_output"], want["pooled_output"],
+                             atol=1e-6)
+  np.testing.assert_allclose(
+      _at_tokens(got["sequence_output"], mask),
+      _at_tokens(want["sequence_output"], want["input_mask"]), atol=1e-6)
+  # sentence_embedding: the mean over the tokens, here and (normalised)
+  # in the fixed-length export, whose rows have 7-14 padding positions.
+  sequence = got["sequence_output"].numpy()
+  mean = (sequence * mask[:, :, None]).sum(1) / mask.sum(1)[:, None]
+  np.testing.assert_allclose(got["sentence_embedding"], mean, atol=1e-6)
+  np.testing.assert_allclose(
+      want["sentence_embedding"],
+      mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_mask_token_is_one_token_as_in_hugging_face():
+  transformers = pytest.importorskip("transformers")
+  tokenizer = tokenization.FullTokenizer(VOCAB)
+  texts = ["[MASK]", "the [MASK] sat on the[MASK].", "[MASK][MASK] cat",
+           "[mask] and [ MASK ] are text", "no mask", "", "Héllo [MASK]!"]
+  got = serving.tokenize_with_masks(tokenizer, tf.constant(texts)).to_list()
+  reference = transformers.BertTokenizerFast(VOCAB, do_lower_case=True)
+  want = [reference(text, add_special_tokens=False)["input_ids"]
+          for text in texts]
+  assert got == want
+  assert got[1].count(tokenizer.mask_id) == 2
+  assert tokenizer.mask_id not in got[3]
+
+
+def test_fill_mask_returns_the_masked_lm_top_k(exported, served):
+  texts = ["the [MASK] sat on the [MASK].", "hello [MASK]", "no mask here"]
+  got = served.signatures["fill_mask"](text=tf.constant(texts))
+  tokenizer = tokenization.FullTokenizer(VOCAB)
+  # The expected packing, from the Python tokenizer and the mask id.
+  pieces = [tokenizer.tokenize(tf.constant(["the"])).to_list()[0],
+            tokenizer.tokenize(tf.constant(["sat on the"])).to_list()[0],
+            tokenizer.tokenize(tf.constant(["."])).to_list()[0]]
+  mask_id = tokenizer.mask_id
+  rows = [[tokenizer.cls_id] + pieces[0] + [mask_id] + pieces[1] + [mask_id]
+          + pieces[2] + [tokenizer.sep_id],
+          [tokenizer.cls_id, tokenizer.convert_tokens_to_ids(["hello"])[0],
+           mask_id, tokenizer.sep_id],
+          [tokenizer.cls_id] + tokenizer.tokenize(
+              tf.constant(texts[2:])).to_list()[0] + [tokenizer.sep_id]]
+  length = max(len(row) for row in rows)
+  ids = np.array([row + [0] * (length - len(row)) for row in rows], np.int32)
+  mask = (np.arange(length)[None, :] < np.array([len(r) for r in rows])[:, None])
+  inputs = {"input_word_ids": ids, "input_mask": mask.astype(np.int32),
+            "input_type_ids": np.zeros_like(ids)}
+  sequence = exported["encoder"](inputs, training=False)["sequence_output"]
+  positions = [[i for i, t in enumerate(row) if t == mask_id] for row in rows]
+  np.testing.assert_array_equal(got["mask_positions"],
+                                [[2, 6], [2, -1], [-1, -1]])
+  vocab = tokenizer.vocab
+  for b, row_positions in enumerate(positions):
+    for m in range(2):
+      if m >= len(row_positions):
+        assert list(got["top_k_ids"][b, m].numpy()) == [-1] * 5
+        assert got["top_k_probabilities"][b, m].numpy().sum() == 0
+        continue
+      hidden = sequence[b:b + 1, row_positions[m]][None]  # [1, 1, H]
+      logits = np.asarray(exported["mlm_head"](hidden))[0, 0]
+      probabilities = np.exp(logits - logits.max())
+      probabilities /= probabilities.sum()
+      best = np.argsort(-probabilities)[:5]
+      assert list(got["top_k_ids"][b, m].numpy()) == list(best)
+      np.testing.assert_allclose(got["top_k_probabilities"][b, m],
+                                 probabilities[best], atol=1e-6)
+      assert [t.decode() for t in got["top_k_tokens"][b, m].numpy()] == [
+          vocab[i] for i in best]
+
+
+def test_pack_to_longest_rounds_up_and_caps():
+  pieces = tf.ragged.constant([[5, 6, 7], [8], []], tf.int64)
+  for multiple, want in ((1, 5), (4, 8), (8, 8), (32, SEQ_LENGTH)):
+    packed = serving.pack_to_longest([pieces], SEQ_LENGTH, 2, 3, multiple)
+    assert packed["input_word_ids"].shape == (3, want), multiple
+    np.testing.assert_array_equal(packed["input_mask"].numpy().sum(1),
+                                  [5, 3, 2])
+  np.testing.assert_array_equal(packed["input_word_ids"][0, :6],
+                                [2, 5, 6, 7, 3, 0])
+  # A pair longer than seq_length: 13 pieces kept round-robin (7 + 6).
+  long = tf.ragged.constant([list(range(10, 30))], tf.int64)
+  packed = serving.pack_to_longest([long, long], SEQ_LENGTH, 2, 3, 8)
+  assert packed["input_word_ids"].shape == (1, SEQ_LENGTH)
+  np.testing.assert_array_equal(packed["input_type_ids"][0],
+                                [0] * 9 + [1] * 7)  # [CLS] 7 [SEP] 6 [SEP]

@@ -1,0 +1,292 @@
+r"""Serving latency and throughput: our SavedModel vs Hugging Face and ONNX Runtime.
+
+  python -m benchmarks.serving_benchmark               # 6-layer H384 and BERT-Base
+  python -m benchmarks.serving_benchmark --quick       # 6-layer H384, fewer rounds
+
+One process, the same weights everywhere: a randomly initialised Hugging Face
+`BertForPreTraining` (seeded) is saved with `save_pretrained`, converted with
+`official_bert.convert_checkpoint.convert` and exported with
+`export.serving.export_pretrained` (ours); `transformers.BertModel` loads the
+same directory (HF), and `torch.onnx.export` writes that PyTorch model for
+ONNX Runtime (ORT). Before timing, the three `sequence_output`s of a few
+texts are compared (max abs difference printed).
+
+Each side does the whole job from raw text: ours is one call of the
+`serving_default` signature loaded with `tf.saved_model.load` (tokenizer in
+the graph, texts padded to the longest of the request); HF and ORT call
+`BertTokenizerFast` (padding to the longest, truncation at
+--max_seq_length) and then the model. Workloads: `short`, real sentences of
+--corpus (mostly 10-30 WordPieces), and `long`, runs of consecutive corpus
+sentences cut to about --max_seq_length WordPieces. For each: the median and
+p95 latency of one text, and texts/s at batch 8 and 32.
+
+The machine may be shared, so the peers take turns: every round runs a
+slice of each measurement on every peer (in a rotating order) and the
+figures are medians over all rounds. Each ratio is HF's figure over ours
+for latency (>1: ours is faster) and ours over HF's for throughput.
+"""
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+MODELS = {
+    # name: (layers, hidden, heads, intermediate)
+    "L6_H384": (6, 384, 12, 1536),
+    "bert_base": (12, 768, 12, 3072),
+}
+
+
+def _define_flags():
+  flags.DEFINE_list("models", list(MODELS), f"Which of {list(MODELS)}.")
+  flags.DEFINE_list("peers", ["hf", "onnx"], "Peers to time beside ours.")
+  flags.DEFINE_bool("quick", False, "L6_H384 only, fewer rounds (~2 min).")
+  flags.DEFINE_integer("rounds", 8, "Interleaved rounds per model.")
+  flags.DEFINE_integer("max_seq_length", 128, "Longest packed input.")
+  flags.DEFINE_string("corpus", "../shared/data/pydocs_corpus.txt",
+                      "Sentences, one per line.")
+  flags.DEFINE_string("vocab_file", "../shared/data/bert_uncased_vocab.txt",
+                      "BERT vocab.txt (uncased).")
+  flags.DEFINE_string("work_dir", None, "Where to write the models (default: "
+                      "a temporary directory, removed at the end).")
+  flags.DEFINE_integer("pad_multiple", 1, "Our export's --pad_multiple.")
+  flags.DEFINE_integer("seed", 0, "Seed of the weights and the text sample.")
+  flags.DEFINE_integer("threads", 0, "Threads per op for every peer (TF "
+                       "intra_op and inter_op, torch, ONNX Runtime intra_op);"
+                       " 0: each library's default (TF Serving's too).")
+
+
+def _texts(corpus, vocab_file, max_seq_length, seed):
+  """(short, long): real sentences, and runs of them near max_seq_length."""
+  import random  # pylint: disable=g-import-not-at-top
+  from transformers import BertTokenizerFast  # pylint: disable=g-import-not-at-top
+  with open(corpus, encoding="utf-8") as f:
+    lines = [line.strip() for line in f if line.strip()]
+  rng = random.Random(seed)
+  short = rng.sample(lines, 2000)
+  tokenizer = BertTokenizerFast(vocab_file, do_lower_case=True)
+  target = max_seq_length - 2
+  long, start = [], rng.randrange(len(lines) // 2)
+  while len(long) < 200:
+    text, pieces = "", 0
+    while pieces < target and start < len(lines):
+      text = f"{text} {lines[start]}".strip()
+      pieces = len(tokenizer.tokenize(text))
+      start += 1
+    long.append(text)
+  return short, long
+
+
+class _Peers:
+  """The three ways to answer a batch of texts, built on the same weights."""
+
+  def __init__(self, name, shape, args, work_dir):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+    from export import serving  # pylint: disable=g-import-not-at-top
+    from official_bert import convert_checkpoint  # pylint: disable=g-import-not-at-top
+
+    layers, hidden, heads, intermediate = shape
+    root = os.path.join(work_dir, name)
+    hf_dir = os.path.join(root, "hf")
+    start = time.time()
+    torch.manual_seed(args.seed)
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, intermediate_size=intermediate,
+        max_position_embeddings=512)
+    transformers.BertForPreTraining(config).eval().save_pretrained(hf_dir)
+    shutil.copyfile(args.vocab_file, os.path.join(hf_dir, "vocab.txt"))
+    ckpt = os.path.join(root, "ckpt")
+    convert_checkpoint.convert(hf_dir, ckpt)
+    path = serving.export_pretrained(
+        os.path.join(root, "export"), os.path.join(ckpt, "bert_config.json"),
+        ckpt, os.path.join(ckpt, "vocab.txt"),
+        seq_length=args.max_seq_length, pad_multiple=args.pad_multiple,
+        fill_mask=False, warmup_texts=())
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    self.max_seq_length = args.max_seq_length
+    self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
+                                                    do_lower_case=True)
+    self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
+    self.fns = {"ours": lambda texts: signature(text=tf.constant(texts))}
+    if "hf" in args.peers:
+      self.fns["hf"] = self._hf
+    if "onnx" in args.peers:
+      self.fns["onnx"] = self._onnx_session(os.path.join(root, "bert.onnx"))
+    print(f"{name}: {layers} layers, H={hidden}, I={intermediate}; built "
+          f"and exported in {time.time() - start:.0f} s", flush=True)
+    # The same weights: sequence_output of each peer on a few texts.
+    texts = ["The quick brown fox jumps over the lazy dog.",
+             "Return the number of items in a container."]
+    want = self._hf(texts)[0]
+    for peer, fn in self.fns.items():
+      got = np.asarray(fn(texts)["sequence_output"] if peer == "ours"
+                       else fn(texts)[0])
+      print(f"  {peer} vs hf: max |sequence_output difference| = "
+            f"{np.abs(got - want).max():.1e}", flush=True)
+
+  def _encode(self, texts, kind):
+    return self.tokenizer(texts, padding=True, truncation=True,
+                          max_length=self.max_seq_length, return_tensors=kind)
+
+  def _hf(self, texts):
+    import torch  # pylint: disable=g-import-not-at-top
+    with torch.inference_mode():
+      outputs = self.torch_model(**self._encode(texts, "pt"))
+    return outputs.last_hidden_state.numpy(), outputs.pooler_output.numpy()
+
+  def _onnx_session(self, path):
+    import onnxruntime  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    example = self._encode(["hello world"], "pt")
+    axes = {name: {0: "batch", 1: "length"} for name in names}
+    axes.update(last_hidden_state={0: "batch", 1: "length"},
+                pooler_output={0: "batch"})
+
+    class Positional(torch.nn.Module):  # BertModel's forward takes keywords.
+
+      def __init__(self, bert):
+        super().__init__()
+        self.bert = bert
+
+      def forward(self, input_ids, attention_mask, token_type_ids):
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                            token_type_ids=token_type_ids)
+        return outputs.last_hidden_state, outputs.pooler_output
+
+    torch.onnx.export(
+        Positional(self.torch_model).eval(),
+        tuple(example[name] for name in names), path,
+        input_names=names, output_names=["last_hidden_state", "pooler_output"],
+        dynamic_axes=axes, dynamo=False, opset_version=17)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = flags.FLAGS.threads
+    session = onnxruntime.InferenceSession(
+        path, options, providers=["CPUExecutionProvider"])
+
+    def run(texts):
+      encoded = self._encode(texts, "np")
+      return session.run(None, {name: encoded[name].astype("int64")
+                                for name in names})
+    return run
+
+
+def _measure(peers, workloads, rounds):
+  """{(workload, peer, what): [seconds per call]}, peers interleaved."""
+  import random  # pylint: disable=g-import-not-at-top
+  times = {}
+  names = list(peers.fns)
+  rng = random.Random(1)
+  for round_ in range(rounds):
+    order = names[round_ % len(names):] + names[:round_ % len(names)]
+    for workload, texts in workloads.items():
+      singles = rng.sample(texts, 8)
+      batches = {size: rng.sample(texts, size) for size in (8, 32)}
+      for peer in order:
+        fn = peers.fns[peer]
+        for text in singles:
+          start, cpu = time.perf_counter(), time.process_time()
+          fn([text])
+          times.setdefault((workload, peer, 1), []).append(
+              time.perf_counter() - start)
+          times.setdefault((workload, peer, "cpu"), []).append(
+              time.process_time() - cpu)
+        for size, batch in batches.items():
+          start = time.perf_counter()
+          fn(batch)
+          times.setdefault((workload, peer, size), []).append(
+              time.perf_counter() - start)
+  return times
+
+
+def _p95(values):
+  values = sorted(values)
+  return values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
+
+
+def _report(name, peers, times, workloads):
+  print(f"\n{name}: median (p95) ms for one text, and its median CPU time "
+        "(all threads); texts/s at batch 8 / 32 (median batch time)")
+  header = f"{'workload':8} {'peer':5} {'1 text ms':>16} {'cpu ms':>7} " \
+           f"{'b8 /s':>8} {'b32 /s':>8}   vs hf: latency, b8, b32"
+  print(header)
+  summary = {}
+  for workload in workloads:
+    row = {}
+    for peer in peers.fns:
+      one = times[(workload, peer, 1)]
+      row[peer] = (statistics.median(one) * 1e3, _p95(one) * 1e3,
+                   8 / statistics.median(times[(workload, peer, 8)]),
+                   32 / statistics.median(times[(workload, peer, 32)]),
+                   statistics.median(times[(workload, peer, "cpu")]) * 1e3)
+    for peer, (median, p95, b8, b32, cpu) in row.items():
+      ratios = ""
+      if "hf" in row and peer != "hf":
+        hf = row["hf"]
+        ratios = (f"   {hf[0] / median:.2f}x, {b8 / hf[2]:.2f}x, "
+                  f"{b32 / hf[3]:.2f}x")
+      print(f"{workload:8} {peer:5} {median:7.1f} ({p95:6.1f}) {cpu:7.1f} "
+            f"{b8:8.1f} {b32:8.1f}{ratios}")
+    summary[workload] = row
+  if "hf" in summary["short"]:
+    ours, hf = summary["short"]["ours"], summary["short"]["hf"]
+    print(f"{name} short: one-text latency ours/hf {ours[0] / hf[0]:.2f} "
+          f"(target <= 1), batch-32 throughput ours/hf {ours[3] / hf[3]:.2f} "
+          f"(target >= 1.5)")
+  if "hf" in summary["long"]:
+    ours, hf = summary["long"]["ours"], summary["long"]["hf"]
+    print(f"{name} long: one-text latency ours/hf {ours[0] / hf[0]:.2f}, "
+          f"batch-32 throughput ours/hf {ours[3] / hf[3]:.2f} (target: not "
+          f"slower)")
+  if "onnx" in summary["short"]:
+    ours, ort = summary["short"]["ours"], summary["short"]["onnx"]
+    print(f"{name} short: ours/onnx one-text latency "
+          f"{ours[0] / ort[0]:.2f}, batch-32 throughput {ours[3] / ort[3]:.2f}")
+
+
+def main(argv):
+  del argv
+  args = flags.FLAGS
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  import torch  # pylint: disable=g-import-not-at-top
+  if args.threads:
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    torch.set_num_threads(args.threads)
+  models = ["L6_H384"] if args.quick else args.models
+  rounds = 5 if args.quick else args.rounds
+  short, long = _texts(args.corpus, args.vocab_file, args.max_seq_length,
+                       args.seed)
+  workloads = {"short": short, "long": long}
+  print(f"serving_benchmark: {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}; threads: "
+        f"{args.threads or 'library defaults'} (torch "
+        f"{torch.get_num_threads()}); {len(short)} short texts, {len(long)} "
+        f"long; {rounds} interleaved rounds", flush=True)
+  work_dir = args.work_dir or tempfile.mkdtemp(prefix="serving_benchmark.")
+  try:
+    for name in models:
+      peers = _Peers(name, MODELS[name], args, work_dir)
+      _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
+      times = _measure(peers, workloads, rounds)
+      _report(name, peers, times, workloads)
+      print(f"load average at the end: {os.getloadavg()[0]:.1f}", flush=True)
+  finally:
+    if not args.work_dir:
+      shutil.rmtree(work_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)
