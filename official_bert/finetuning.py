@@ -10,12 +10,14 @@ data flags and then:
       finetuning.check_flags(data_paths={"task_data_dir": "dir"})
       ... read and check the task's files (no TensorFlow yet) ...
       config, tokenizer = finetuning.load_config_and_vocab()
-      run = finetuning.setup(lambda: Model.from_bert_config(config, n),
-                             loss_fn, metric_fn, num_train_examples)
-      run.write_run_files(config, extra={"num_labels": n})
-      run.restore_or_warm_start()
-      step = run.train(train_inputs, train_labels)
+      run = finetuning.Run(lambda: Model.from_bert_config(config, n),
+                           loss_fn, metric_fn, num_train_examples)
+      run.write_run_files(config, {"label_list.json": "..."})
+      run.restore_or_warm_start()         # resume, or --init_checkpoint
+      if FLAGS.do_train and not run.train(train_inputs, train_labels):
+        return                            # SIGTERM: saved, rerun resumes
       logits = finetuning.predict(run.model, dev_inputs, batch_size)
+      run.write_eval_results({...})       # eval_results.txt
 
 The flags are google-research/bert's (same names and defaults: the
 program passes its own defaults, as run_squad's max_seq_length=384), plus the

@@ -94,7 +94,8 @@ TASKS = {task.name: task for task in [
          labels=_BINARY, metric="f1"),
     # XNLI: training on MultiNLI's machine translation (premise, hypo,
     # label); dev/test: language, gold_label, 4 more, sentence1, sentence2.
-    Task("XNLI", train=Layout("multinli/multinli.train.{language}.tsv", 0, 1, 2),
+    Task("XNLI",
+         train=Layout("multinli/multinli.train.{language}.tsv", 0, 1, 2),
          dev=Layout("xnli.dev.tsv", 6, 7, 1),
          test=Layout("xnli.test.tsv", 6, 7), labels=_NLI, metric="accuracy",
          language_column=0),
