@@ -82,7 +82,7 @@ def _data_dir():
           FLAGS.task_data_dir)):
     raise app.UsageError("--data_dir and --task_data_dir name different "
                          "directories; pass one of them.")
-  name = "data_dir" if FLAGS.data_dir or FLAGS.task_name else "task_data_dir"
+  name = "data_dir" if FLAGS.data_dir else "task_data_dir"
   return name, FLAGS.data_dir or FLAGS.task_data_dir
 
 
