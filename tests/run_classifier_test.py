@@ -187,3 +187,112 @@ def test_losses_and_training_metric_counts():
   mse = run_classifier.classifier_losses(np.array([1.0, 1.0], np.float32),
                                          values, regression=True)["loss"]
   assert float(mse) == pytest.approx((0.25 + 1.0) / 2)
+
+
+# ---- the original's command line: --task_name, --data_dir, GLUE layouts
+
+def _mrpc_files(directory, n_train=40, n_dev=9):
+  """MRPC in the download's layout (BOM'd header; Quality, #1 ID, #2 ID,
+  #1 String, #2 String; test: index first). Pairs are paraphrases (1) when
+  the second sentence repeats the first."""
+  rng = random.Random(3)
+  words = "the cat dog sat ran on a mat log big small red".split()
+  header = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+
+  def pair(i):
+    a = " ".join(rng.choice(words) for _ in range(6))
+    label = i % 3 != 0
+    b = a if label else " ".join(rng.choice(words) for _ in range(6))
+    return int(label), f'"{a}"', b  # a leading quote: no quoting in GLUE
+
+  train = [pair(i) for i in range(n_train)]
+  dev = [pair(i) for i in range(n_dev)]
+  os.makedirs(directory, exist_ok=True)
+  for name, rows, first in (("train.tsv", train, None), ("dev.tsv", dev, None),
+                            ("test.tsv", dev, "index")):
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+      f.write(header if first is None else header.replace("Quality", first))
+      f.writelines(f"{i if first else label}\t{i}\t{i + 1}\t{a}\t{b}\n"
+                   for i, (label, a, b) in enumerate(rows))
+  return dev
+
+
+@pytest.mark.slow
+def test_the_originals_mrpc_command_runs_as_written(tmp_path):
+  testing.require_shared_data()
+  glue_dir = tmp_path / "glue"
+  dev = _mrpc_files(str(glue_dir / "MRPC"))
+  config = testing.tiny_config(vocab_size=30522, max_position_embeddings=128)
+  config.to_json_file(str(tmp_path / "bert_config.json"))
+  out = f"{tmp_path}/mrpc_output/"
+  # google-research/bert's README command, with its flag spellings, plus
+  # --do_predict on test.tsv (the dev rows without labels).
+  testing.run_cli([
+      "-m", "official_bert.run_classifier", "--task_name=MRPC",
+      "--do_train=true", "--do_eval=true", "--do_predict=true",
+      f"--data_dir={glue_dir}/MRPC", f"--vocab_file={testing.VOCAB}",
+      f"--bert_config_file={tmp_path}/bert_config.json",
+      "--max_seq_length=128", "--train_batch_size=32",
+      "--learning_rate=2e-5", "--num_train_epochs=3.0",
+      f"--output_dir={out}"])
+  results = _results(os.path.join(out, "eval_results.txt"))
+  # The original's keys, and MRPC's F1.
+  assert {"eval_accuracy", "eval_loss", "global_step", "loss",
+          "eval_f1"} <= set(results)
+  assert results["global_step"] == 3  # 40 examples x 3 epochs / 32
+  assert results["loss"] == results["eval_loss"] > 0
+  with open(os.path.join(out, "label_list.json")) as f:
+    assert json.load(f) == ["0", "1"]
+  # The eval figures are those of the predicted probabilities on the same
+  # rows: labels in the task's order, F1 of label "1".
+  with open(os.path.join(out, "test_results.tsv")) as f:
+    predicted = np.array([np.argmax([float(p) for p in line.split("\t")])
+                          for line in f])
+  gold = np.array([label for label, _, _ in dev])
+  assert results["eval_accuracy"] == pytest.approx(np.mean(predicted == gold))
+  tp = np.sum((predicted == 1) & (gold == 1))
+  f1 = 2 * tp / (np.sum(predicted == 1) + np.sum(gold == 1))
+  assert results["eval_f1"] == pytest.approx(f1)
+
+
+@pytest.mark.parametrize("setup, flags_, match", [
+    ("no_dev", ["--task_name=MRPC"],
+     r"--data_dir \S+ has no dev file dev.tsv for --task_name=MRPC"),
+    ("mrpc", ["--task_name=SQuAD"], r"--task_name=SQuAD is not a known task"),
+    ("mrpc", ["--task_name=MRPC", "--output_dir={out_file}"],
+     r"--output_dir \S+ is a file; pass a directory"),
+    ("mrpc", ["--task_name=MRPC", "--data_dir={out_file}"],
+     r"--data_dir \S+ is a file; pass the directory"),
+    ("mrpc", ["--task_name=MRPC", "--bert_config_file={tmp}"],
+     r"--bert_config_file \S+ is a directory; pass the file"),
+    ("binary", ["--task_name=MRPC"], r"train.tsv is not UTF-8 text"),
+    ("empty_dev", ["--task_name=MRPC"], r"dev.tsv has no examples"),
+    ("mrpc", ["--task_name=MRPC", "--task_data_dir={tmp}"],
+     r"--data_dir and --task_data_dir name different directories"),
+])
+def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, setup, flags_,
+                                                      match):
+  import re  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "MRPC"
+  _mrpc_files(str(data), n_train=3, n_dev=2)
+  if setup == "no_dev":
+    os.remove(data / "dev.tsv")
+  elif setup == "binary":
+    (data / "train.tsv").write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\n")
+  elif setup == "empty_dev":
+    (data / "dev.tsv").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t"
+                                  "#2 String\n", encoding="utf-8")
+  (tmp_path / "a_file").write_text("x")
+  (tmp_path / "bert_config.json").write_text("{}")
+  out = tmp_path / "out"
+  fill = dict(out_file=tmp_path / "a_file", tmp=tmp_path)
+  args = ["-m", "official_bert.run_classifier", "--do_train", "--do_eval",
+          f"--data_dir={data}", f"--vocab_file={testing.VOCAB}",
+          f"--bert_config_file={tmp_path / 'bert_config.json'}",
+          f"--output_dir={out}"] + [f.format(**fill) for f in flags_]
+  proc = testing.run_cli(args, check=False)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert re.search(match, last), proc.stderr[-2000:]
+  assert not out.exists()

@@ -18,6 +18,7 @@ label.
     features = encode(train, tokenizer, max_seq_length=128)
 """
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -58,7 +59,8 @@ def find_split_file(data_dir, split):
 
 def read_examples(path, columns, require_label=True):
   """Reads `Example`s from a TSV, CSV or JSONL file (by its extension)."""
-  rows = list(_rows(path))
+  with utf8_errors(path):
+    rows = list(_rows(path))
   if not rows:
     raise ValueError(f"{path} is empty: it needs "
                      + ("a header row and " if not path.endswith(".jsonl")
@@ -79,6 +81,17 @@ def read_examples(path, columns, require_label=True):
         label=None if label is None else _text(label),
         where=f"{path}:{line}"))
   return examples
+
+
+@contextlib.contextmanager
+def utf8_errors(path):
+  """Turns a UnicodeDecodeError while reading `path` into a ValueError
+  sentence naming the file."""
+  try:
+    yield
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte "
+                     f"{e.start}); convert it to UTF-8") from None
 
 
 def label_list(examples):

@@ -1,0 +1,377 @@
+"""What the fine-tuning programs share: flags, checks, model set-up, the loop.
+
+`run_classifier.py` and `run_ner.py` (and any task program) define their own
+data flags and then:
+
+    finetuning.define_flags(max_seq_length=128, learning_rate=2e-5)
+    ...
+    def main(argv):
+      preemption.install()
+      finetuning.check_flags(data_paths={"task_data_dir": "dir"})
+      ... read and check the task's files (no TensorFlow yet) ...
+      config, tokenizer = finetuning.load_config_and_vocab()
+      run = finetuning.Run(
+          lambda kernels: Model.from_bert_config(config, n, kernels=kernels),
+                           loss_fn, metric_fn, num_train_examples)
+      run.write_run_files(config, {"label_list.json": "..."})
+      run.restore_or_warm_start()         # resume, or --init_checkpoint
+      if FLAGS.do_train and not run.train(train_inputs, train_labels):
+        return                            # SIGTERM: saved, rerun resumes
+      logits = finetuning.predict(run.model, dev_inputs, batch_size)
+      run.write_eval_results({...})       # eval_results.txt
+
+The flags are google-research/bert's (same names and defaults: the
+program passes its own defaults, as run_squad's max_seq_length=384), plus the
+pretraining trainer's: --distribution_strategy, --mixed_precision,
+--jit_compile, resume from --output_dir (see training/trainer.py).
+Every bad value is an `app.UsageError` sentence naming the flag and the fix.
+"""
+
+import json
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from official_bert import cli
+
+FLAGS = flags.FLAGS
+
+
+def define_flags(max_seq_length=128, learning_rate=2e-5, train_batch_size=32,
+                 predict_batch_size=8, do_eval=True, export_help=None):
+  """The original's fine-tuning flags and the trainer's, with per-program
+  defaults (defined only when a program runs)."""
+  flags.DEFINE_string("bert_config_file", None, "The bert_config.json of the "
+                      "pretrained model.")
+  flags.DEFINE_string("vocab_file", None, "The vocab.txt of the pretrained "
+                      "model.")
+  flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
+  flags.DEFINE_string("init_checkpoint", None, "Pretrained (or converted) "
+                      "checkpoint, a prefix or a directory; its encoder is "
+                      "loaded, the task head starts fresh.")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased "
+                    "models).")
+  flags.DEFINE_integer("max_seq_length", max_seq_length, "Tokens per packed "
+                       "example; longer ones are truncated or windowed.")
+  flags.DEFINE_bool("do_train", False, "Whether to fine-tune on train.")
+  if do_eval:
+    flags.DEFINE_bool("do_eval", False, "Whether to evaluate on dev.")
+  flags.DEFINE_bool("do_predict", False, "Whether to predict on test.")
+  flags.DEFINE_integer("train_batch_size", train_batch_size, "Global "
+                       "training batch size.")
+  if do_eval:
+    flags.DEFINE_integer("eval_batch_size", 8, "Batch size for eval.")
+  flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size "
+                       "for predict.")
+  flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate "
+                     "(AdamW).")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training "
+                     "file.")
+  flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
+                     "linear learning-rate warmup.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
+  # ---- shared with run_pretraining.py: distribution, precision, loop
+  flags.DEFINE_enum("distribution_strategy", "default",
+                    ["default", "one_device", "mirrored",
+                     "multi_worker_mirrored", "tpu"],
+                    "tf.distribute strategy (see distribution.py).")
+  flags.DEFINE_integer("num_gpus", None, "GPUs for mirrored (default all).")
+  flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many "
+                       "devices (mirrored replicas without GPUs).")
+  flags.DEFINE_string("tpu", None, "TPU name or grpc:// address.")
+  flags.DEFINE_enum("mixed_precision", "float32",
+                    ["float32", "mixed_bfloat16", "mixed_float16"],
+                    "Keras dtype policy.")
+  flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
+  flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
+                    "The model's kernels (official_bert/modeling/kernels.py): "
+                    "auto = keras when XLA compiles the model, else fast.")
+  flags.DEFINE_integer("steps_per_loop", 100, "Steps per progress line.")
+  flags.DEFINE_float("max_grad_norm", 1.0, "Global-norm gradient clipping.")
+  flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
+  flags.DEFINE_integer("seed", 12345, "Seed of initialisation, dropout, "
+                       "shuffle.")
+  flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
+                      "fine-tuned model for TF Serving here.")
+
+
+def _modes():
+  return [m for m in ("do_train", "do_eval", "do_predict") if m in FLAGS]
+
+
+def check_flags(data_paths=None):
+  """The flag errors one sentence can explain, before TensorFlow starts.
+
+  Args:
+    data_paths: {flag name: "dir" or "file"} of the program's own input
+      paths (required, and must be that kind).
+  """
+  modes = _modes()
+  if not any(getattr(FLAGS, m) for m in modes):
+    raise app.UsageError("At least one of "
+                         + ", ".join(f"--{m}" for m in modes)
+                         + " must be set.")
+  kinds = dict(data_paths or {})
+  kinds.update(bert_config_file="file", vocab_file="file")
+  for name in list(kinds) + ["output_dir"]:
+    if not getattr(FLAGS, name):
+      raise app.UsageError(f"--{name} is required.")
+  for name, kind in kinds.items():
+    check_path(f"--{name}", getattr(FLAGS, name), kind)
+  check_output_dir("--output_dir", FLAGS.output_dir)
+  if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
+    raise app.UsageError(f"--export_dir {FLAGS.export_dir} is a file; pass "
+                         "a directory (the model's base path).")
+  sizes = ["train_batch_size", "predict_batch_size", "save_checkpoints_steps",
+           "steps_per_loop", "max_seq_length", "num_cpu_devices"]
+  for name in sizes + (["eval_batch_size"] if "eval_batch_size" in FLAGS
+                       else []):
+    if getattr(FLAGS, name) <= 0:
+      raise app.UsageError(f"--{name} must be positive, got "
+                           f"{getattr(FLAGS, name)}.")
+  if FLAGS.num_train_epochs <= 0:
+    raise app.UsageError("--num_train_epochs must be positive, got "
+                         f"{FLAGS.num_train_epochs}.")
+  if not 0 <= FLAGS.warmup_proportion < 1:
+    raise app.UsageError("--warmup_proportion must be in [0, 1), got "
+                         f"{FLAGS.warmup_proportion}.")
+
+
+def check_path(flag, path, kind):
+  """`path` exists, is a `kind` ("file" or "dir") and is readable."""
+  if not os.path.exists(path):
+    raise app.UsageError(f"{flag} {path} does not exist.")
+  if kind == "dir" and not os.path.isdir(path):
+    raise app.UsageError(f"{flag} {path} is a file; pass the directory that "
+                         "holds the task's files.")
+  if kind == "file" and os.path.isdir(path):
+    raise app.UsageError(f"{flag} {path} is a directory; pass the file.")
+  if not os.access(path, os.R_OK | (os.X_OK if kind == "dir" else 0)):
+    raise app.UsageError(f"{flag} {path} is not readable; fix its "
+                         "permissions.")
+
+
+def check_output_dir(flag, path):
+  """`path` is, or can be made as, a directory we can write to (it is made
+  only when the run starts writing, so bad input leaves nothing behind)."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise app.UsageError(f"{flag} {path} is a file; pass a directory.")
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise app.UsageError(f"{flag} {path} cannot be made: {existing} is a "
+                         "file; pass a directory path.")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise app.UsageError(f"{flag} {path} is not writable ({existing}); pass "
+                         "a writable directory.")
+
+
+def load_config_and_vocab():
+  """(BertConfig, FullTokenizer) of --bert_config_file and --vocab_file,
+  checked against each other and --max_seq_length. Imports TensorFlow."""
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  try:
+    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file)
+  except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+    raise app.UsageError(f"--bert_config_file {FLAGS.bert_config_file}: {e}")
+  try:
+    tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file,
+                                           FLAGS.do_lower_case)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise app.UsageError(f"--vocab_file {FLAGS.vocab_file}: {e}")
+  if tokenizer.vocab_size > config.vocab_size:
+    raise app.UsageError(
+        f"--vocab_file {FLAGS.vocab_file} has {tokenizer.vocab_size} tokens, "
+        f"more than vocab_size={config.vocab_size} of "
+        f"{FLAGS.bert_config_file}; pass the model's own vocab.txt.")
+  if FLAGS.max_seq_length > config.max_position_embeddings:
+    raise app.UsageError(
+        f"--max_seq_length={FLAGS.max_seq_length} exceeds max_position_"
+        f"embeddings={config.max_position_embeddings} of "
+        f"{FLAGS.bert_config_file}; lower --max_seq_length.")
+  return config, tokenizer
+
+
+class Run:
+  """A fine-tuning run: strategy, model, optimizer and trainer from FLAGS."""
+
+  def __init__(self, build_model, loss_fn, metric_fn, num_train_examples):
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+    from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+    from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+    if FLAGS.num_cpu_devices > 1:
+      distribution.split_cpu(FLAGS.num_cpu_devices)
+    try:
+      strategy = distribution.get_strategy(
+          FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu)
+      distribution.check_jit_compile(strategy, FLAGS.jit_compile)
+    except ValueError as e:
+      raise app.UsageError(str(e))
+    self.replicas = strategy.num_replicas_in_sync
+    if FLAGS.do_train and FLAGS.train_batch_size % self.replicas:
+      raise app.UsageError(
+          f"--train_batch_size={FLAGS.train_batch_size} is not divisible by "
+          f"{self.replicas} replicas; use a multiple of {self.replicas}.")
+    self.num_train_examples = num_train_examples
+    self.num_train_steps = max(1, int(num_train_examples /
+                                      FLAGS.train_batch_size *
+                                      FLAGS.num_train_epochs))
+    self.num_warmup_steps = int(self.num_train_steps *
+                                FLAGS.warmup_proportion)
+    keras.utils.set_random_seed(FLAGS.seed)
+    distribution.set_mixed_precision(FLAGS.mixed_precision)
+    # One model, so training, evaluation and prediction run the same kernels.
+    self.kernels = kernels_lib.resolve(
+        FLAGS.kernels, FLAGS.jit_compile,
+        isinstance(strategy, tf.distribute.TPUStrategy))
+    self._build_model = build_model
+    with strategy.scope():
+      self.model = build_model(self.kernels)
+      optimizer = optimization.create_optimizer(
+          "adamw", FLAGS.learning_rate, self.num_train_steps,
+          self.num_warmup_steps, weight_decay=FLAGS.weight_decay,
+          mixed_precision=FLAGS.mixed_precision)
+    self.trainer = trainer_lib.Trainer(
+        strategy, self.model, optimizer, loss_fn,
+        trainer_lib.TrainConfig(
+            output_dir=FLAGS.output_dir,
+            num_train_steps=self.num_train_steps,
+            steps_per_loop=FLAGS.steps_per_loop,
+            save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+            max_grad_norm=FLAGS.max_grad_norm, jit_compile=FLAGS.jit_compile,
+            keep_checkpoints=2),
+        metric_fn=metric_fn)
+    self.is_chief = self.trainer.is_chief
+    self.step = 0
+
+  def export_model(self, example_inputs):
+    """The trained model with kernels="keras", for exports: the fast kernels
+    are for training (their forward re-scales the feed-forward kernels on
+    every call) and a server may compile the export with XLA. The same
+    variables, so the weights are copied; `example_inputs` builds it."""
+    if self.kernels == "keras":
+      return self.model
+    twin = self._build_model("keras")
+    twin(example_inputs, training=False)
+    twin.set_weights(self.model.get_weights())
+    return twin
+
+  def write_run_files(self, config, files=None):
+    """flags.json (resolved flags and step counts), bert_config.json and
+    the program's own `files` ({name: text}), on the chief."""
+    if not self.is_chief:
+      return
+    resolved = {}
+    program = os.path.abspath(sys.argv[0]) if sys.argv else ""
+    for module, module_flags in FLAGS.flags_by_module_dict().items():
+      if module in (__name__, sys.argv[0]) or (
+          program and os.path.abspath(module) == program):
+        resolved.update({f.name: f.value for f in module_flags})
+    resolved.update(num_replicas=self.replicas,
+                    num_train_steps=self.num_train_steps,
+                    num_warmup_steps=self.num_warmup_steps)
+    write(FLAGS.output_dir, "flags.json",
+          json.dumps(resolved, indent=2, sort_keys=True) + "\n")
+    config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
+    for name, text in (files or {}).items():
+      write(FLAGS.output_dir, name, text)
+
+  def restore_or_warm_start(self):
+    """Resumes from --output_dir, else loads --init_checkpoint's encoder."""
+    from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+
+    def warm_start():
+      if not FLAGS.init_checkpoint:
+        if FLAGS.do_train:
+          print("No --init_checkpoint: fine-tuning from random weights.",
+                flush=True)
+        return
+      try:
+        prefix = checkpoints.restore_encoder(self.model.encoder,
+                                             FLAGS.init_checkpoint)
+      except ValueError as e:
+        raise app.UsageError(f"--init_checkpoint: {e}")
+      print(f"Initialised the encoder from {prefix}", flush=True)
+
+    self.step = self.start = self.trainer.restore_or_init(init_fn=warm_start)
+    if not FLAGS.do_train and self.start == 0:
+      print("Warning: no fine-tuned checkpoint in --output_dir; the task "
+            "head is untrained.", flush=True)
+    return self.start
+
+  def train(self, inputs, labels):
+    """Trains on numpy `inputs` (dict) and `labels` to num_train_steps.
+
+    Returns False when SIGTERM stopped it (the checkpoint is saved and the
+    program should return), True when done.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    num = len(next(iter(inputs.values())))
+
+    def dataset_fn(input_context):
+      batch = input_context.get_per_replica_batch_size(FLAGS.train_batch_size)
+      data = tf.data.Dataset.from_tensor_slices((inputs, labels))
+      data = data.shard(input_context.num_input_pipelines,
+                        input_context.input_pipeline_id)
+      # Seeded and repeated: a resumed run sees what an uninterrupted one
+      # would.
+      data = data.shuffle(num, seed=FLAGS.seed).repeat()
+      return data.batch(batch, drop_remainder=True).prefetch(2)
+
+    t0 = time.time()
+    result = self.trainer.train_or_exit(
+        dataset_fn, global_batch_size=FLAGS.train_batch_size)
+    self.step = result.step
+    if result.preempted:
+      return False
+    print(f"Trained steps {self.start}..{self.step} ({self.num_train_steps} "
+          f"= {self.num_train_examples} examples x {FLAGS.num_train_epochs} "
+          f"epochs / batch {FLAGS.train_batch_size}) in "
+          f"{time.time() - t0:.1f} s: "
+          + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
+          flush=True)
+    return True
+
+  def write_eval_results(self, result):
+    """eval_results.txt: `key = value` lines, sorted, as the original."""
+    if self.is_chief:
+      write(FLAGS.output_dir, "eval_results.txt",
+            "".join(f"{k} = {result[k]}\n" for k in sorted(result)))
+    print("Eval: " + " ".join(f"{k} {v:.4g}" for k, v in sorted(
+        result.items()) if isinstance(v, (int, float))), flush=True)
+
+
+def predict(model, inputs, batch_size):
+  """The model's outputs (numpy, float32) on numpy encoder inputs."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
+  step = tf.function(lambda batch: model(batch, training=False))
+  out = [step(batch).numpy() for batch in dataset]
+  if out:
+    return np.concatenate(out)
+  # No examples: an empty array of the output's shape.
+  probe = {k: np.zeros((1,) + v.shape[1:], v.dtype) for k, v in inputs.items()}
+  return np.zeros((0,) + tuple(model(probe, training=False).shape[1:]),
+                  np.float32)
+
+
+def data_error(error):
+  """One sentence for a ValueError/OSError met reading the task's files."""
+  if isinstance(error, OSError):
+    return (f"cannot read {error.filename}: {error.strerror}; fix the path "
+            "or its permissions.")
+  return str(error)
+
+
+def write(directory, name, text):
+  cli.atomic_write(os.path.join(directory, name), text)

@@ -1,0 +1,140 @@
+"""run_ner.py as a real program on a CoNLL task made from the Python docs
+(tests/pydocs_ner.py): it trains, evaluates with the entity metric, writes
+test_predictions.txt, exports a model whose tags from raw text equal those
+predictions, resumes after SIGKILL, and rejects a line without a tag with
+one sentence."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from official_bert.tasks import ner
+from tests import pydocs_ner
+from tests import testing
+
+
+def _task(directory):
+  testing.require_shared_data()
+  pydocs_ner.write_task(str(directory), testing.CORPUS,
+                        {"train": 40, "dev": 12, "test": 1})
+  # test = dev, so eval_results.txt can be recomputed from the predictions.
+  shutil.copy(directory / "dev.txt", directory / "test.txt")
+  return str(directory)
+
+
+def _flags(task, config, out, *extra):
+  return ["-m", "official_bert.run_ner", f"--task_data_dir={task}",
+          f"--bert_config_file={config}", f"--vocab_file={testing.VOCAB}",
+          f"--output_dir={out}", "--do_train", "--max_seq_length=16",
+          # A low rate keeps the head's random tags varied, so comparing
+          # served and file tags can see a windowing difference.
+          "--train_batch_size=8", "--learning_rate=1e-5",
+          "--num_train_epochs=2", "--save_checkpoints_steps=4",
+          "--steps_per_loop=1", *extra]
+
+
+def _popen(args):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=testing.ROOT + os.pathsep + os.environ.get(
+                 "PYTHONPATH", ""))
+  return subprocess.Popen([sys.executable] + args, cwd=testing.ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+@pytest.mark.slow
+def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
+  task = _task(tmp_path / "task")
+  config = tmp_path / "bert_config.json"
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=32
+                      ).to_json_file(str(config))
+  out_dir = tmp_path / "out"
+  flags_ = _flags(task, config, out_dir, "--do_eval", "--do_predict",
+                  f"--export_dir={tmp_path / 'serving'}")
+  # Killed (-9) after its first checkpoint, then run again to the end.
+  # (That the resumed weights equal an uninterrupted run's is the
+  # trainer's property, tested with run_pretraining; this checks run_ner
+  # resumes at the checkpoint's step and batch.)
+  killed = _popen(flags_)
+  deadline = time.time() + 900  # TF start-up can take minutes under load
+  while not (out_dir / "checkpoint").exists():
+    assert killed.poll() is None, killed.communicate()[1][-3000:]
+    assert time.time() < deadline
+    time.sleep(0.01)
+  killed.send_signal(signal.SIGKILL)
+  killed.wait()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  first = int(tf.train.latest_checkpoint(str(out_dir)).rsplit("-", 1)[1])
+  assert not (out_dir / "eval_results.txt").exists()
+  resumed = testing.run_cli(flags_)
+  steps = int(resumed.stdout.split("run_ner done at step ")[1].split(":")[0])
+  assert 4 <= first < steps, (first, steps)  # killed mid-run
+  assert f"at step {first}" in resumed.stdout
+  assert f"Trained steps {first}..{steps}" in resumed.stdout
+
+  # test_predictions.txt: every test word with its gold and predicted tag.
+  sentences = ner.read_conll(os.path.join(task, "test.txt"))
+  with open(out_dir / "test_predictions.txt", encoding="utf-8") as f:
+    blocks = [b.splitlines() for b in f.read().strip("\n").split("\n\n")]
+  assert len(blocks) == len(sentences)
+  predicted = []
+  for sentence, lines in zip(sentences, blocks):
+    rows = [line.split(" ") for line in lines]
+    assert [r[0] for r in rows] == list(sentence.words)
+    assert [r[1] for r in rows] == list(sentence.tags)
+    predicted.append([r[2] for r in rows])
+  # eval_results.txt (dev = test here) is the entity metric of those tags.
+  with open(out_dir / "eval_results.txt") as f:
+    results = {k: float(v) for k, v in (line.split(" = ") for line in f)}
+  expected = ner.entity_metrics([s.tags for s in sentences], predicted)
+  for key in ("f1", "precision", "recall", "accuracy"):
+    assert results[f"eval_{key}"] == pytest.approx(expected[key]), key
+  assert {"eval_loss", "loss", "global_step"} <= set(results)
+  assert results["global_step"] == steps
+  # Varied predicted tags (not all "O"), so the comparison below means
+  # something.
+  assert len({t for tags in predicted for t in tags}) >= 3
+
+  # The served model, on the raw text, gives the same tags, and offsets
+  # that cut the words out of the text.
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
+  texts = [" ".join(s.words) for s in sentences]
+  out = served.signatures["serving_default"](text=tf.constant(texts))
+  # Some sentences need several windows at --max_seq_length=16.
+  assert max(len(s.words) for s in sentences) > 14
+  for i, text in enumerate(texts):
+    n = int(out["num_words"][i])
+    assert n == len(sentences[i].words)
+    tags = [t.decode() for t in out["tags"][i].numpy()]
+    assert tags[:n] == predicted[i] and set(tags[n:]) <= {""}
+    starts, ends = out["start_char"][i].numpy(), out["end_char"][i].numpy()
+    assert [text[s:e] for s, e in zip(starts[:n], ends[:n])] == list(
+        sentences[i].words)
+
+
+def test_a_line_without_tag_is_one_sentence_and_writes_nothing(tmp_path):
+  testing.require_shared_data()
+  task = tmp_path / "task"
+  os.makedirs(task)
+  (task / "train.txt").write_text("-DOCSTART- O\n\nEU B-ORG\nsays O\n\n"
+                                  "Peter B-PER\n", encoding="utf-8")
+  (task / "dev.txt").write_text("EU B-ORG\n\nrejects O\nGerman\n",
+                                encoding="utf-8")
+  (tmp_path / "bert_config.json").write_text("{}")
+  out = tmp_path / "out"
+  proc = testing.run_cli(
+      ["-m", "official_bert.run_ner", f"--task_data_dir={task}",
+       f"--bert_config_file={tmp_path / 'bert_config.json'}",
+       f"--vocab_file={testing.VOCAB}", f"--output_dir={out}", "--do_train",
+       "--do_eval"], check=False)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert f"{task / 'dev.txt'}:4: the line 'German' has no tag" in last, last
+  assert not out.exists()
