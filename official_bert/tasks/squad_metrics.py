@@ -140,7 +140,9 @@ def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
   f1 = _apply_threshold(f1_raw, na_probs, has_answer, na_prob_thresh)
   result = _means(exact, f1)
   for prefix, wanted in (("HasAns", True), ("NoAns", False)):
-    qids = [qid for qid, has in has_answer.items() if has == wanted]
+    # (The official script fails when one of them has no prediction.)
+    qids = [qid for qid, has in has_answer.items()
+            if has == wanted and qid in exact]
     if qids:
       for key, value in _means(exact, f1, qids).items():
         result[f"{prefix}_{key}"] = value
