@@ -100,17 +100,17 @@ def load_squad_json(path):
       data = json.load(f)
   except OSError as e:
     raise ValueError(f"{path} cannot be read ({e.strerror}); pass a SQuAD "
-                     "JSON file") from None
+                     "JSON file.") from None
   except UnicodeDecodeError:
     raise ValueError(f"{path} is not UTF-8 text; pass a SQuAD JSON "
-                     "file") from None
+                     "file.") from None
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not JSON (line {e.lineno}: {e.msg}); pass "
-                     "a SQuAD file like train-v1.1.json") from None
+                     "a SQuAD file like train-v1.1.json.") from None
   if not isinstance(data, dict) or not isinstance(data.get("data"), list):
     raise ValueError(f"{path} has no \"data\" list; a SQuAD file is "
                      "{\"version\": ..., \"data\": [{\"paragraphs\": "
-                     "[{\"context\": ..., \"qas\": [...]}]}]}")
+                     "[{\"context\": ..., \"qas\": [...]}]}]}.")
   return data["data"]
 
 
@@ -124,14 +124,14 @@ def read_squad_examples(path, is_training, version_2_with_negative):
   for a, article in enumerate(load_squad_json(path)):
     paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
     if not isinstance(paragraphs, list):
-      raise ValueError(f"{path}: data[{a}] has no \"paragraphs\" list")
+      raise ValueError(f"{path}: data[{a}] has no \"paragraphs\" list.")
     for p, paragraph in enumerate(paragraphs):
       where = f"{path}: data[{a}].paragraphs[{p}]"
       if not (isinstance(paragraph, dict)
               and isinstance(paragraph.get("context"), str)
               and isinstance(paragraph.get("qas"), list)):
         raise ValueError(f"{where} needs a \"context\" string and a \"qas\" "
-                         "list")
+                         "list.")
       context = paragraph["context"]
       doc_tokens, char_to_word_offset = split_words(context)
       for qa in paragraph["qas"]:
@@ -139,7 +139,7 @@ def read_squad_examples(path, is_training, version_2_with_negative):
             qa, where, path, context, doc_tokens, char_to_word_offset,
             is_training, version_2_with_negative))
   if not examples:
-    raise ValueError(f"{path} has no questions")
+    raise ValueError(f"{path} has no questions.")
   return examples
 
 
@@ -148,33 +148,33 @@ def _read_question(qa, where, path, context, doc_tokens, char_to_word_offset,
   if not (isinstance(qa, dict) and isinstance(qa.get("id"), str)
           and isinstance(qa.get("question"), str)):
     raise ValueError(f"{where} has a question without an \"id\" or "
-                     "\"question\" string")
+                     "\"question\" string.")
   qid = qa["id"]
   answers = qa.get("answers", [])
   is_impossible = bool(qa.get("is_impossible", False))
   if not isinstance(answers, list):
-    raise ValueError(f"{path}: question {qid}: \"answers\" is not a list")
+    raise ValueError(f"{path}: question {qid}: \"answers\" is not a list.")
   for answer in answers:
     if not (isinstance(answer, dict) and isinstance(answer.get("text"), str)
             and isinstance(answer.get("answer_start"), int)):
       raise ValueError(f"{path}: question {qid}: an answer needs \"text\" "
-                       "and an integer \"answer_start\"")
+                       "and an integer \"answer_start\".")
     start, text = answer["answer_start"], answer["text"]
     if not text or context[start:start + len(text)] != text or start < 0:
       raise ValueError(
           f"{path}: question {qid}: answer {text!r} is not at answer_start="
           f"{start} (the context there reads "
           f"{context[max(start, 0):max(start, 0) + len(text)]!r}); fix "
-          "answer_start or the text")
+          "answer_start or the text.")
   if is_impossible and not version_2_with_negative:
     raise ValueError(f"{path}: question {qid} is impossible (SQuAD v2.0); "
-                     "pass --version_2_with_negative")
+                     "pass --version_2_with_negative.")
   example = SquadExample(qid, qa["question"], context, doc_tokens,
                          is_impossible=is_impossible)
   if is_training and not is_impossible:
     if len(answers) != 1:
       raise ValueError(f"{path}: question {qid} has {len(answers)} answers; "
-                       "for training each question needs exactly one")
+                       "for training each question needs exactly one.")
     start, text = answers[0]["answer_start"], answers[0]["text"]
     example.orig_answer_text = text
     example.start_position = char_to_word_offset[start]
@@ -339,7 +339,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
     if max_tokens_for_doc < 1:
       raise ValueError(f"--max_seq_length={max_seq_length} leaves no room "
                        f"for the context after a {len(query)}-piece question; "
-                       "raise it or lower --max_query_length")
+                       "raise it or lower --max_query_length.")
     spans = doc_spans(len(all_doc_pieces), max_tokens_for_doc, doc_stride)
     for span_index, (start, length) in enumerate(spans):
       tokens = [tokenizer.cls_id] + query + [tokenizer.sep_id]
