@@ -91,6 +91,8 @@ def test_doc_spans_and_max_context_by_hand():
   assert not squad.is_max_context(spans, 1, 3)
   # Position 4: one piece left in window 1, none right in window 0.
   assert squad.is_max_context(spans, 1, 4)
+  # Position 6: no piece on the short side in windows 1 and 2 -> window 1.
+  assert squad.max_context_windows(spans, 10) == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
   # The longer window wins a tie of sides (0.01 per piece).
   # (position 3: min(1, 1) + 0.03 in window 0, min(3, 1) + 0.05 in window 1)
   assert squad.is_max_context([(2, 3), (0, 5)], 0, 3) is False
