@@ -13,7 +13,8 @@ writes train.json (4000 questions of documents 0-399) and dev.json (1000 of
 documents 400-469), and
 prints the sentence-overlap baseline's dev EM/F1 (the whole sentence that
 shares the most words with the question; "" for v2.0 when no sentence
-shares half of the question's words).
+shares half of the question's words) and, for v1.1, the missing-words
+baseline (that sentence's words the question lacks).
 """
 
 import argparse
@@ -114,6 +115,22 @@ def overlap_baseline(data, version_2=False):
   return predictions
 
 
+def missing_words_baseline(data):
+  """Predictions: the words of the best-overlap sentence (as above) that the
+  question lacks, in order (a stronger rule this task invites)."""
+  predictions = {}
+  for article in data:
+    for paragraph in article["paragraphs"]:
+      sentences = re.split(r"(?<=[.!?]) ", paragraph["context"])
+      for qa in paragraph["qas"]:
+        words = set(qa["question"].lower().rstrip("?").split())
+        best = max(sentences,
+                   key=lambda s: len(words & set(s.lower().split())))
+        predictions[qa["id"]] = " ".join(
+            w for w in best.split() if w.lower() not in words)
+  return predictions
+
+
 def write_task(out_dir, version_2=False, seed=0, max_train=None, max_dev=None,
                train_docs=range(0, 400), dev_docs=range(400, 470)):
   docs = documents()
@@ -149,6 +166,10 @@ def main():
   else:
     result = squad_metrics.evaluate_v1(splits["dev"], baseline)
   print("sentence-overlap baseline on dev: " + json.dumps(result))
+  if not args.version_2_with_negative:
+    missing = squad_metrics.evaluate_v1(splits["dev"],
+                                        missing_words_baseline(splits["dev"]))
+    print("missing-words baseline on dev: " + json.dumps(missing))
 
 
 if __name__ == "__main__":
