@@ -230,6 +230,14 @@ class FullTokenizer(tf.Module):
     return tf.RaggedTensor.from_row_splits(
         words, tf.gather(words_before, pieces.row_splits), validate=False)
 
+  def wordpiece_with_offsets(self, words):
+    """WordPiece (step 4) on words already normalised and split (steps 1-3).
+
+    String Tensor [N] -> (ids, start, end), int64 RaggedTensors [N, (P)]:
+    each piece's byte range in its word (SQuAD maps answers through them).
+    """
+    return self._wordpiece_words.tokenize_with_offsets(words)
+
   def convert_ids_to_tokens(self, ids):
     return [self._vocab[int(i)] for i in ids]
 

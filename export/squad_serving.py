@@ -1,0 +1,272 @@
+"""A TF Serving model that answers a question from a context, text to text.
+
+`export_squad_model` writes `<export_dir>/<version>/`, a SavedModel whose
+`serving_default` signature does all of run_squad.py's prediction in the
+graph (core TF + TF Text ops, the vocab as an asset):
+
+  inputs   question [B] string, context [B] string
+  outputs  answer [B] string: the answer's text, cut from the context
+           score [B] float32: its start + end logit (0 without an answer)
+           start_char, end_char [B] int32: the answer's character range
+             [start, end) in the context (-1 without an answer)
+           null_score_diff [B] float32: the [CLS] ("no answer") score minus
+             the answer's score (run_squad's null_odds.json)
+           no_answer [B] bool: v2.0 models only, null_score_diff >
+             null_score_diff_threshold (then answer is "")
+
+As run_squad.py (tasks/squad.py): the context is split into words on
+whitespace, each word into WordPieces; the question's pieces are cut to
+max_query_length; the context's pieces are covered by windows of
+seq_length - len(question) - 3 pieces, doc_stride apart, all run through the
+model as one batch; candidates are the n_best_size best starts and ends of
+each window, a start at a piece whose window gives it the most context, at
+most max_answer_length pieces; the best start + end logit wins.
+
+Limits (tested against predictions.json on SQuAD v2.0 sample questions):
+- The answer is cut from the context by the pieces' byte offsets, where
+  run_squad maps the pieces' text back with get_final_text. They agree
+  except where get_final_text falls back to whole words: a span starting at
+  the second of two identical basic tokens in one word ("ma-Ma"), a basic
+  token that normalises to a different length (e.g. a word in NFD form) or
+  to [UNK] (the served answer then spans that whole basic token).
+- Words are joined by one space, as run_squad's answers; other whitespace
+  inside an answer is not kept. start_char/end_char still index the context.
+- With no valid span (an empty context) the answer is "" (run_squad writes
+  "empty" for v1.1 models).
+- All windows of a request run in one batch: a very long context costs
+  memory in proportion to its windows x seq_length^2 (the span scores).
+"""
+
+import os
+
+import tensorflow as tf
+
+from export import saved_model_io
+from export import serving
+from export import tfhub_modules
+from official_bert.data import tokenization
+from official_bert.tasks import squad
+
+SIGNATURE = "serving_default"
+DEFAULT_WARMUP = (("Who wrote it?", "It was written by Guido van Rossum."),)
+
+
+class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
+  """The exported object: model, tokenizer and the question-answer signature.
+
+  Args:
+    model: a `BertSpanLabeler` (inputs dict -> start_logits, end_logits).
+    vocab_file, do_lower_case: the model's vocabulary and casing.
+    seq_length, doc_stride, max_query_length, n_best_size,
+    max_answer_length, version_2_with_negative, null_score_diff_threshold:
+      as run_squad.py's flags.
+  """
+
+  def __init__(self, model, vocab_file, do_lower_case, seq_length,
+               doc_stride=128, max_query_length=64, n_best_size=20,
+               max_answer_length=30, version_2_with_negative=False,
+               null_score_diff_threshold=0.0):
+    if seq_length <= max_query_length + 3:
+      raise ValueError(f"seq_length {seq_length} leaves no room for the "
+                       f"context after max_query_length={max_query_length}")
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+    self._tokenizer = tfhub_modules.Untracked(tokenizer)
+    self.vocab_file = tf.saved_model.Asset(vocab_file)
+    self._model = tfhub_modules.Untracked(model)
+    self.variables, _ = tfhub_modules.tf_variables(model)
+    self.seq_length = int(seq_length)
+    self.doc_stride = int(doc_stride)
+    self.max_query_length = int(max_query_length)
+    self.n_best_size = int(n_best_size)
+    self.max_answer_length = int(max_answer_length)
+    self.version_2_with_negative = bool(version_2_with_negative)
+    self.null_score_diff_threshold = float(null_score_diff_threshold)
+    answer = tf.function(self.answer, autograph=False, input_signature=[
+        tf.TensorSpec([None], tf.string, name="question"),
+        tf.TensorSpec([None], tf.string, name="context")])
+    self._signatures = tfhub_modules.Untracked(
+        {SIGNATURE: answer.get_concrete_function()})
+
+  def signatures(self):
+    return dict(self._signatures.value)
+
+  def answer(self, question, context):
+    """question, context [B] -> the signature's outputs (module docstring)."""
+    tokenizer = self._tokenizer.value
+    length = self.seq_length
+    num_texts = tf.shape(context, out_type=tf.int64)[0]
+    query = tokenizer.tokenize(question)[:, :self.max_query_length]  # [B, (Q)]
+    pieces = squad.context_pieces(tokenizer, context)
+    doc = pieces["ids"].merge_dims(1, 2)                          # [B, (N)]
+    piece_start = pieces["piece_start"].flat_values                # [Nt]
+    piece_end = pieces["piece_end"].flat_values
+    piece_word = pieces["ids"].values.value_rowids()              # [Nt]
+
+    # ---- windows: [CLS] query [SEP] context[start:start + len] [SEP]
+    num_pieces = doc.row_lengths()                                 # [B]
+    room = length - query.row_lengths() - 3                        # [B]
+    step = tf.minimum(room, self.doc_stride)
+    count = 1 + (tf.maximum(num_pieces - room, 0) + step - 1) // step
+    text_of = tf.repeat(tf.range(num_texts), count)                # [Wn]
+    k = tf.ragged.range(count).flat_values                         # [Wn]
+    start = k * tf.gather(step, text_of)                           # [Wn]
+    win_len = tf.minimum(tf.gather(room, text_of),
+                         tf.gather(num_pieces, text_of) - start)
+    base = tf.gather(doc.row_splits[:-1], text_of) + start        # [Wn]
+    window = tf.gather(doc.flat_values,
+                       tf.ragged.range(base, base + win_len))     # [Wn, (len)]
+    win_query = tf.gather(query, text_of)                          # [Wn, (Q)]
+    num_windows = tf.shape(text_of, out_type=tf.int64)[0]
+    cls = tf.RaggedTensor.from_tensor(
+        tf.fill([num_windows, 1], tf.constant(tokenizer.cls_id, tf.int64)))
+    sep = tf.RaggedTensor.from_tensor(
+        tf.fill([num_windows, 1], tf.constant(tokenizer.sep_id, tf.int64)))
+    ids = tf.concat([cls, win_query, sep, window, sep], axis=1)
+    type_ids = tf.concat([tf.zeros_like(cls), tf.zeros_like(win_query),
+                          tf.zeros_like(sep), tf.ones_like(window),
+                          tf.ones_like(sep)], axis=1)
+    shape = [None, length]
+    inputs = {
+        "input_word_ids": tf.cast(ids.to_tensor(0, shape=shape), tf.int32),
+        "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0, shape=shape),
+                              tf.int32),
+        "input_type_ids": tf.cast(type_ids.to_tensor(0, shape=shape),
+                                  tf.int32)}
+    outputs = self._model.value(inputs, training=False)
+    start_logits = tf.cast(outputs["start_logits"], tf.float32)   # [Wn, T]
+    end_logits = tf.cast(outputs["end_logits"], tf.float32)
+
+    # ---- which window positions hold context pieces, and their best window
+    offset = tf.gather(query.row_lengths(), text_of) + 2           # [Wn]
+    rel = tf.range(length, dtype=tf.int64)[None, :] - offset[:, None]
+    in_doc = (rel >= 0) & (rel < win_len[:, None])                 # [Wn, T]
+    context_score = (
+        tf.cast(tf.minimum(rel, win_len[:, None] - 1 - rel), tf.float64)
+        + 0.01 * tf.cast(win_len[:, None], tf.float64)
+        - 1e-6 * tf.cast(k[:, None], tf.float64))  # earlier window on ties
+    context_score = tf.where(in_doc, context_score, -1e9)
+    total_pieces = tf.shape(piece_start, out_type=tf.int64)[0]
+    piece = tf.where(in_doc, base[:, None] + rel, total_pieces)    # [Wn, T]
+    best_context = tf.math.unsorted_segment_max(
+        tf.reshape(context_score, [-1]), tf.reshape(piece, [-1]),
+        total_pieces + 1)
+    is_max_context = in_doc & (
+        context_score >= tf.gather(best_context, piece))
+
+    # ---- best span: top-n starts and ends, valid pairs, best sum
+    top = min(self.n_best_size, length)
+
+    def in_top(logits):
+      indices = tf.math.top_k(logits, top).indices                 # [Wn, n]
+      return tf.reduce_any(tf.one_hot(indices, length, on_value=True,
+                                      off_value=False), axis=1)
+    starts_ok = in_top(start_logits) & is_max_context              # [Wn, T]
+    ends_ok = in_top(end_logits) & in_doc
+    positions = tf.range(length)
+    span = positions[None, :] - positions[:, None]                 # [T, T] e - s
+    shape_ok = (span >= 0) & (span < self.max_answer_length)
+    valid = starts_ok[:, :, None] & ends_ok[:, None, :] & shape_ok[None]
+    pair = start_logits[:, :, None] + end_logits[:, None, :]       # [Wn, T, T]
+    pair = tf.reshape(tf.where(valid, pair, -float("inf")),
+                      [num_windows, length * length])
+    window_best = tf.reduce_max(pair, axis=1)                      # [Wn]
+    window_arg = tf.argmax(pair, axis=1)
+    text_best = tf.math.unsorted_segment_max(window_best, text_of, num_texts)
+    is_best = (window_best >= tf.gather(text_best, text_of)) & (
+        window_best > -float("inf"))
+    chosen = tf.math.unsorted_segment_min(
+        tf.where(is_best, tf.range(num_windows), num_windows), text_of,
+        num_texts)                                                 # [B]
+    has_span = chosen < num_windows
+    chosen = tf.where(has_span, chosen, 0)
+    arg = tf.gather(window_arg, chosen)
+    start_piece = (tf.gather(base, chosen) + arg // length
+                   - tf.gather(offset, chosen))
+    end_piece = (tf.gather(base, chosen) + arg % length
+                 - tf.gather(offset, chosen))
+    start_piece = tf.where(has_span, start_piece, total_pieces)
+    end_piece = tf.where(has_span, end_piece, total_pieces)
+    pad = tf.zeros([1], tf.int64)
+    start_byte = tf.gather(tf.concat([piece_start, pad], 0), start_piece)
+    end_byte = tf.gather(tf.concat([piece_end, pad], 0), end_piece)
+    first_word = tf.gather(tf.concat([piece_word, pad], 0), start_piece)
+    last_word = tf.where(
+        has_span, tf.gather(tf.concat([piece_word, pad], 0), end_piece), -1)
+
+    # ---- the text: the spanned words, the first and last cut to the span
+    # pieces, joined by single spaces (as run_squad's answers).
+    words = tf.ragged.range(first_word, last_word + 1)             # [B, (w)]
+    word_start = tf.gather(pieces["word_start"].flat_values, words)
+    word_end = tf.gather(pieces["word_end"].flat_values, words)
+    cut_start = tf.maximum(word_start, start_byte[:, None])
+    cut_end = tf.minimum(word_end, end_byte[:, None])
+    parts = tf.strings.substr(
+        tf.gather(context, words.value_rowids()), cut_start.flat_values,
+        cut_end.flat_values - cut_start.flat_values)
+    answer = tf.strings.reduce_join(words.with_flat_values(parts), axis=1,
+                                    separator=" ")
+    score = tf.where(has_span, tf.gather(text_best, tf.range(num_texts)), 0.0)
+    null = tf.math.unsorted_segment_min(
+        start_logits[:, 0] + end_logits[:, 0], text_of, num_texts)
+    null_score_diff = null - score
+
+    def chars(byte_offset):  # bytes -> characters of the context
+      return tf.strings.length(tf.strings.substr(
+          context, tf.zeros_like(byte_offset), byte_offset),
+                               unit="UTF8_CHAR")
+    result = {"answer": answer, "score": score,
+              "start_char": tf.where(has_span, chars(start_byte), -1),
+              "end_char": tf.where(has_span, chars(end_byte), -1),
+              "null_score_diff": null_score_diff}
+    if self.version_2_with_negative:
+      no_answer = ~has_span | (null_score_diff > self.null_score_diff_threshold)
+      result["no_answer"] = no_answer
+      result["answer"] = tf.where(no_answer, "", answer)
+      for name in ("start_char", "end_char"):
+        result[name] = tf.where(no_answer, -1, result[name])
+    return result
+
+
+def export_squad_model(export_dir, model, vocab_file, *, do_lower_case=True,
+                       seq_length=384, doc_stride=128, max_query_length=64,
+                       n_best_size=20, max_answer_length=30,
+                       version_2_with_negative=False,
+                       null_score_diff_threshold=0.0, version=None,
+                       warmup=DEFAULT_WARMUP, log=None):
+  """Writes the question-answering SavedModel as `<export_dir>/<version>/`.
+
+  Args as `SquadServingModule`'s; `version` default one more than the
+  newest present; `warmup` (question, context) pairs sent by TF Serving
+  before the version is ready. Returns the version directory.
+  """
+  max_positions = model.encoder.max_position_embeddings
+  if seq_length > max_positions:
+    raise ValueError(f"seq_length {seq_length} exceeds the model's "
+                     f"max_position_embeddings={max_positions}")
+  saved_model_io.check_vocab(vocab_file, model.encoder.vocab_size)
+  version = serving.next_version(export_dir) if version is None else int(version)
+  log = log or (lambda message: None)
+  log(f"tracing signature {SIGNATURE}")
+  module = SquadServingModule(
+      model, vocab_file, do_lower_case, seq_length, doc_stride,
+      max_query_length, n_best_size, max_answer_length,
+      version_2_with_negative, null_score_diff_threshold)
+  requests = _warmup_requests(list(warmup))
+  log(f"writing version {version} under {export_dir}")
+  return saved_model_io.atomic_save(
+      module, os.path.join(export_dir, str(version)),
+      signatures=module.signatures(),
+      after_save=lambda path: serving.write_warmup_requests(path, requests))
+
+
+def _warmup_requests(pairs):
+  from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
+  if not pairs:
+    return []
+  request = predict_pb2.PredictRequest()
+  request.model_spec.signature_name = SIGNATURE
+  request.inputs["question"].CopyFrom(
+      tf.make_tensor_proto([q for q, _ in pairs]))
+  request.inputs["context"].CopyFrom(
+      tf.make_tensor_proto([c for _, c in pairs]))
+  return [request]

@@ -1,0 +1,192 @@
+"""SQuAD data as the original: answers round-trip through the features and
+get_final_text, windows over long contexts, and bad files are one sentence."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from official_bert.tasks import squad
+from official_bert.tasks import squad_metrics
+from tests import testing
+
+SAMPLE = os.path.join(testing.SHARED_DATA, "squad_v2_sample.json")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  testing.require_shared_data()
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  return tokenization.FullTokenizer(testing.VOCAB, do_lower_case=True)
+
+
+def _perfect_logits(features):
+  """Logits that point at each window's training label (answer or [CLS])."""
+  n = len(features[0].input_ids)
+  starts = np.full((len(features), n), -10.0)
+  ends = np.full((len(features), n), -10.0)
+  for i, f in enumerate(features):
+    starts[i, f.start_position] = ends[i, f.end_position] = 10.0
+  return starts.tolist(), ends.tolist()
+
+
+@pytest.mark.parametrize("max_seq_length, doc_stride", [(384, 128), (48, 16)])
+def test_perfect_logits_recover_every_answer(tokenizer, max_seq_length,
+                                             doc_stride):
+  examples = squad.read_squad_examples(SAMPLE, is_training=True,
+                                       version_2_with_negative=True)
+  features = squad.convert_examples_to_features(
+      examples, tokenizer, max_seq_length, doc_stride, max_query_length=16,
+      is_training=True)
+  assert len(features) > len(examples) if max_seq_length < 100 else True
+  starts, ends = _perfect_logits(features)
+  predictions, nbest, null_odds = squad.postprocess(
+      examples, features, starts, ends, tokenizer.vocab,
+      version_2_with_negative=True)
+  with open(SAMPLE, encoding="utf-8") as f:
+    data = json.load(f)["data"]
+  golds = dict(squad_metrics.questions(data))
+  assert sum(1 for g in golds.values() if g) == 8
+  for qid, answers in golds.items():
+    # The exact answer text, punctuation around it dropped ("France." ->
+    # "France"); "" for the 6 impossible questions.
+    assert predictions[qid] == (answers[0] if answers else ""), qid
+    assert (null_odds[qid] < 0) == bool(answers)
+    assert nbest[qid][0]["text"] == predictions[qid]
+  result = squad_metrics.evaluate_v2(data, predictions, null_odds)
+  assert result["exact"] == 100.0 and result["f1"] == 100.0
+
+
+def test_answer_text_through_get_final_text():
+  # The pieces lack case, accents and the punctuation glued to words.
+  assert squad.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
+  assert squad.get_final_text("1895", "(1895-1943).", True) == "1895"
+  assert squad.get_final_text("cafe", "Café,", True) == "Café"
+  assert squad.get_final_text("smith", "Smith", False) == "Smith"
+  # Cased model: no match when the case differs -> the whole original text.
+  assert squad.get_final_text("smith", "Smith's", False) == "Smith's"
+
+
+def _original_max_context(spans, n):
+  """Best window per position, written independently: the largest
+  min(left, right) + 0.01 * length, the first window on ties."""
+  best = []
+  for position in range(n):
+    scores = [min(position - s, s + length - 1 - position) + 0.01 * length
+              if s <= position < s + length else -1.0
+              for s, length in spans]
+    best.append(int(np.argmax(scores)))  # argmax takes the first maximum
+  return best
+
+
+def test_doc_spans_and_max_context_by_hand():
+  assert squad.doc_spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+  assert squad.doc_spans(10, 4, 8) == [(0, 4), (4, 4), (8, 2)]
+  assert squad.doc_spans(4, 4, 2) == [(0, 4)]
+  assert squad.doc_spans(0, 4, 2) == []
+  spans = [(0, 4), (3, 4), (6, 4)]
+  # Position 3: 0 pieces on its short side in both windows -> the first.
+  assert squad.is_max_context(spans, 0, 3)
+  assert not squad.is_max_context(spans, 1, 3)
+  # Position 4: one piece left in window 1, none right in window 0.
+  assert squad.is_max_context(spans, 1, 4)
+  # Position 6: no piece on the short side in windows 1 and 2 -> window 1.
+  assert squad.max_context_windows(spans, 10) == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+  # The longer window wins a tie of sides (0.01 per piece).
+  # (position 3: min(1, 1) + 0.03 in window 0, min(3, 1) + 0.05 in window 1)
+  assert squad.is_max_context([(2, 3), (0, 5)], 0, 3) is False
+  assert squad.is_max_context([(2, 3), (0, 5)], 1, 3) is True
+
+
+def test_windows_over_a_context_longer_than_max_seq_length(tokenizer):
+  examples = squad.read_squad_examples(SAMPLE, True, True)
+  example = max(examples, key=lambda e: len(e.context) * (not e.is_impossible))
+  assert example.orig_answer_text == "William the Conqueror"
+  max_seq_length, doc_stride, max_query_length = 48, 12, 16
+  features = squad.convert_examples_to_features(
+      [example], tokenizer, max_seq_length, doc_stride, max_query_length, True)
+  doc = tokenizer.tokenize([example.context]).to_list()[0]
+  query = tokenizer.tokenize([example.question_text]).to_list()[0]
+  query = query[:max_query_length]
+  assert len(doc) > 5 * max_seq_length
+  room = max_seq_length - len(query) - 3
+  starts = list(range(0, len(doc) - room + doc_stride, doc_stride))
+  spans = [(s, min(room, len(doc) - s)) for s in starts]
+  assert spans[-1][0] + spans[-1][1] == len(doc) > spans[-2][0] + room - 1
+  assert len(features) == len(spans)
+  best = _original_max_context(spans, len(doc))
+  answer = tokenizer.tokenize([example.orig_answer_text]).to_list()[0]
+  answer_at = next(i for i in range(len(doc))
+                   if doc[i:i + len(answer)] == answer)
+  seen = []
+  for index, (feature, (start, length)) in enumerate(zip(features, spans)):
+    assert feature.doc_span_index == index
+    n = sum(feature.input_mask)
+    ids = feature.input_ids
+    assert ids[:n] == ([tokenizer.cls_id] + query + [tokenizer.sep_id]
+                       + doc[start:start + length] + [tokenizer.sep_id])
+    assert set(ids[n:]) <= {0} and len(ids) == max_seq_length
+    assert feature.segment_ids[:n] == [0] * (len(query) + 2) + [1] * (length + 1)
+    offset = len(query) + 2
+    for i in range(length):
+      assert feature.token_is_max_context[offset + i] == (best[start + i] == index)
+      if feature.token_is_max_context[offset + i]:
+        seen.append(start + i)
+    if start <= answer_at and answer_at + len(answer) <= start + length:
+      assert (feature.start_position, feature.end_position) == (
+          answer_at - start + offset, answer_at - start + offset + len(answer) - 1)
+      assert ids[feature.start_position:feature.end_position + 1] == answer
+    else:  # Not (wholly) in this window: [CLS].
+      assert (feature.start_position, feature.end_position) == (0, 0)
+  # Every context piece is predicted from exactly one window.
+  assert seen == list(range(len(doc)))
+  assert sum(f.start_position > 0 for f in features) >= 2
+
+
+def test_context_pieces_equal_the_tokenizer_and_point_into_the_text(tokenizer):
+  texts = ["Café  (Paris),\u00a0the FOO_BAR's  x", "  naïve\tΣίσυφος 北京 ok.",
+           "", "a\u200bb (1895-1943)."]
+  pieces = squad.context_pieces(tokenizer, texts)
+  for i, text in enumerate(texts):
+    ids = pieces["ids"][i].flat_values.numpy().tolist()
+    assert ids == tokenizer.tokenize([text]).to_list()[0], text
+    words, _ = squad.split_words(text)
+    assert [w.decode() for w in pieces["words"][i].numpy()] == words
+    raw = text.encode("utf-8")
+    spans = [raw[s:e].decode("utf-8") for s, e in zip(
+        pieces["piece_start"][i].flat_values.numpy(),
+        pieces["piece_end"][i].flat_values.numpy())]
+    tokens = [t.replace("##", "") for t in tokenizer.convert_ids_to_tokens(ids)]
+    for span, token in zip(spans, tokens):
+      # Same text but for case; accented words span their basic token.
+      assert span.lower() == token or token in squad.basic_tokenize(span)[0], (
+          span, token)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"version": "1.1"}', r"{path} has no \"data\" list"),
+    ("this is not json", r"{path} is not JSON \(line 1: Expecting value\)"),
+    (json.dumps({"data": [{"paragraphs": [{"context": "Paris is in France.",
+                 "qas": [{"id": "q42", "question": "Where?", "answers": [
+                     {"text": "France", "answer_start": 3}]}]}]}]}),
+     r"{path}: question q42: answer 'France' is not at answer_start=3 \(the "
+     r"context there reads 'is is '\); fix answer_start or the text\.$"),
+])
+def test_bad_squad_files_are_one_sentence(tmp_path, content, message):
+  testing.require_shared_data()
+  path = tmp_path / "train.json"
+  path.write_text(content)
+  config = tmp_path / "bert_config.json"
+  testing.tiny_config(vocab_size=30522).to_json_file(str(config))
+  out = tmp_path / "out"
+  proc = testing.run_cli([
+      "-m", "official_bert.run_squad", f"--bert_config_file={config}",
+      f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+      f"--train_file={path}", "--do_train"], check=False)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  import re  # pylint: disable=g-import-not-at-top
+  assert re.search(message.format(path=re.escape(str(path))), last), last
+  assert not os.path.exists(out)
