@@ -19,6 +19,7 @@ Fine-tuned classifiers are exported from Python with
 """
 
 import json
+import os
 import time
 
 from absl import flags

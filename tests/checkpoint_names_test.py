@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from official_bert import configs
-from official_bert.modeling import embeddings
+from official_bert.modeling import initializers
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.training import checkpoint_names
 from tests import testing
@@ -32,7 +32,7 @@ def test_table_gives_the_released_bert_base_names_and_shapes(monkeypatch):
   assert sum(int(np.prod(shape)) for name, shape in released.items()
              if name.startswith("bert/")) == 109_482_240
   # Names and shapes do not depend on initial values; zeros are faster.
-  monkeypatch.setattr(embeddings, "truncated_normal", lambda stddev: "zeros")
+  monkeypatch.setattr(initializers, "truncated_normal", lambda stddev: "zeros")
   model = pretrainer_lib.BertPretrainer.from_bert_config(
       configs.PRESETS["bert_base"])
   ours = {name: tuple(variable.shape[::-1] if transpose else variable.shape)

@@ -81,5 +81,5 @@ def test_truncated_checkpoint_and_unreadable_vocab_are_one_sentence(
                      ".*; pass a complete checkpoint"):
     saved_model_io.load_pretrained(str(checkpoint / "bert_config.json"),
                                    str(tmp_path / "trunc" / "ckpt-1"))
-  with pytest.raises(ValueError, match="cannot read vocab_file .*Is a directory"):
+  with pytest.raises(ValueError, match="(?i)vocab.* is a directory"):
     saved_model_io.check_vocab(str(tmp_path), testing.VOCAB_SIZE)
