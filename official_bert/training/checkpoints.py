@@ -142,17 +142,7 @@ def restore_encoder(encoder, path):
     root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
   else:
     root = tf.train.Checkpoint(model=encoder)
-  try:
-    status = root.read(prefix)
-    status.expect_partial()
-    status.assert_existing_objects_matched()
-  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
-    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
-                     "pass a complete checkpoint (--init_checkpoint)") from None
-  except (AssertionError, ValueError) as e:
-    raise ValueError(f"checkpoint {prefix} does not match the encoder's "
-                     f"config (check bert_config_file): {_first_line(e)}") from None
-  return prefix
+  return _read(root, prefix, "the encoder's config")
 
 
 def restore_model(model, path):
@@ -170,17 +160,7 @@ def restore_model(model, path):
   if hasattr(model, "encoder") and names and all(
       name.startswith("model/encoder/") for name in names):
     return restore_encoder(model.encoder, prefix)
-  try:
-    status = tf.train.Checkpoint(model=model).read(prefix)
-    status.expect_partial()
-    status.assert_existing_objects_matched()
-  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
-    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
-                     "pass a complete checkpoint (--init_checkpoint)") from None
-  except (AssertionError, ValueError) as e:
-    raise ValueError(f"checkpoint {prefix} does not match the model "
-                     f"(check bert_config_file): {_first_line(e)}") from None
-  return prefix
+  return _read(tf.train.Checkpoint(model=model), prefix, "the model")
 
 
 def is_original(prefix):
@@ -220,3 +200,19 @@ def _assign_original(model, prefix):
 def _first_line(error):
   text = str(error).strip().splitlines()
   return text[0][:300] if text else type(error).__name__
+
+
+def _read(root, prefix, what):
+  """Reads `prefix` into `root`; a truncated or mismatched checkpoint is one
+  sentence (ValueError) naming `what` it should fit."""
+  try:
+    status = root.read(prefix)
+    status.expect_partial()
+    status.assert_existing_objects_matched()
+  except (IndexError, tf.errors.OpError) as e:  # truncated, corrupted
+    raise ValueError(f"cannot read checkpoint {prefix}: {_first_line(e)}; "
+                     "pass a complete checkpoint (--init_checkpoint)") from None
+  except (AssertionError, ValueError) as e:
+    raise ValueError(f"checkpoint {prefix} does not match {what} "
+                     f"(check bert_config_file): {_first_line(e)}") from None
+  return prefix
