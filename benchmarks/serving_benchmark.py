@@ -44,7 +44,9 @@ MODELS = {
 
 def _define_flags():
   flags.DEFINE_list("models", list(MODELS), f"Which of {list(MODELS)}.")
-  flags.DEFINE_list("peers", ["hf", "onnx"], "Peers to time beside ours.")
+  flags.DEFINE_list("peers", ["hf", "onnx"], "Peers to time beside ours: "
+                    "hf, onnx, and padded (our export with "
+                    "remove_padding=False: every layer on [B, T]).")
   flags.DEFINE_bool("quick", False, "L6_H384 only, fewer rounds (~2 min).")
   flags.DEFINE_integer("rounds", 8, "Interleaved rounds per model.")
   flags.DEFINE_integer("max_seq_length", 128, "Longest packed input.")
@@ -106,17 +108,21 @@ class _Peers:
     shutil.copyfile(args.vocab_file, os.path.join(hf_dir, "vocab.txt"))
     ckpt = os.path.join(root, "ckpt")
     convert_checkpoint.convert(hf_dir, ckpt)
-    path = serving.export_pretrained(
-        os.path.join(root, "export"), os.path.join(ckpt, "bert_config.json"),
-        ckpt, os.path.join(ckpt, "vocab.txt"),
-        seq_length=args.max_seq_length, pad_multiple=args.pad_multiple,
-        fill_mask=False, warmup_texts=())
-    signature = tf.saved_model.load(path).signatures["serving_default"]
+    def export(name, remove_padding):
+      path = serving.export_pretrained(
+          os.path.join(root, name), os.path.join(ckpt, "bert_config.json"),
+          ckpt, os.path.join(ckpt, "vocab.txt"),
+          seq_length=args.max_seq_length, pad_multiple=args.pad_multiple,
+          fill_mask=False, warmup_texts=(), remove_padding=remove_padding)
+      signature = tf.saved_model.load(path).signatures["serving_default"]
+      return lambda texts: signature(text=tf.constant(texts))
     self.max_seq_length = args.max_seq_length
     self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
                                                     do_lower_case=True)
     self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
-    self.fns = {"ours": lambda texts: signature(text=tf.constant(texts))}
+    self.fns = {"ours": export("export", None)}
+    if "padded" in args.peers:
+      self.fns["padded"] = export("export_padded", False)
     if "hf" in args.peers:
       self.fns["hf"] = self._hf
     if "onnx" in args.peers:
@@ -126,12 +132,14 @@ class _Peers:
     # The same weights: sequence_output of each peer on a few texts.
     texts = ["The quick brown fox jumps over the lazy dog.",
              "Return the number of items in a container."]
-    want = self._hf(texts)[0]
+    tokens = self._encode(texts, "np")["attention_mask"] == 1
+    want = self._hf(texts)[0][tokens]
     for peer, fn in self.fns.items():
-      got = np.asarray(fn(texts)["sequence_output"] if peer == "ours"
-                       else fn(texts)[0])
-      print(f"  {peer} vs hf: max |sequence_output difference| = "
-            f"{np.abs(got - want).max():.1e}", flush=True)
+      got = fn(texts)
+      got = np.asarray(got[0] if isinstance(got, (list, tuple))
+                       else got["sequence_output"])[tokens]
+      print(f"  {peer} vs hf: max |sequence_output difference| at the "
+            f"tokens = {np.abs(got - want).max():.1e}", flush=True)
 
   def _encode(self, texts, kind):
     return self.tokenizer(texts, padding=True, truncation=True,
@@ -216,7 +224,7 @@ def _p95(values):
 def _report(name, peers, times, workloads):
   print(f"\n{name}: median (p95) ms for one text, and its median CPU time "
         "(all threads); texts/s at batch 8 / 32 (median batch time)")
-  header = f"{'workload':8} {'peer':5} {'1 text ms':>16} {'cpu ms':>7} " \
+  header = f"{'workload':8} {'peer':6} {'1 text ms':>16} {'cpu ms':>7} " \
            f"{'b8 /s':>8} {'b32 /s':>8}   vs hf: latency, b8, b32"
   print(header)
   summary = {}
@@ -234,7 +242,7 @@ def _report(name, peers, times, workloads):
         hf = row["hf"]
         ratios = (f"   {hf[0] / median:.2f}x, {b8 / hf[2]:.2f}x, "
                   f"{b32 / hf[3]:.2f}x")
-      print(f"{workload:8} {peer:5} {median:7.1f} ({p95:6.1f}) {cpu:7.1f} "
+      print(f"{workload:8} {peer:6} {median:7.1f} ({p95:6.1f}) {cpu:7.1f} "
             f"{b8:8.1f} {b32:8.1f}{ratios}")
     summary[workload] = row
   if "hf" in summary["short"]:

@@ -31,7 +31,8 @@ from official_bert import cli
 _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",
                "text_pair", "dynamic_length", "pad_multiple",
-               "normalize_embedding", "fill_mask", "fill_mask_top_k")
+               "normalize_embedding", "fill_mask", "fill_mask_top_k",
+               "remove_padding")
 
 
 def main(argv):
@@ -50,6 +51,7 @@ def main(argv):
         pad_multiple=FLAGS.pad_multiple,
         normalize_embedding=FLAGS.normalize_embedding,
         fill_mask=FLAGS.fill_mask, top_k=FLAGS.fill_mask_top_k,
+        remove_padding=FLAGS.remove_padding,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
   except (ValueError, OSError) as e:
@@ -103,6 +105,10 @@ def define_flags():
                     "masked-LM head.")
   flags.DEFINE_integer("fill_mask_top_k", serving.DEFAULT_TOP_K,
                        "Tokens fill_mask returns per [MASK].")
+  flags.DEFINE_bool("remove_padding", True,
+                    "Run the encoder's position-wise layers on the tokens "
+                    "only (not the padding); the same outputs at the tokens, "
+                    "0 in sequence_output at padding positions.")
   flags.mark_flag_as_required("export_dir")
   flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 

@@ -31,6 +31,12 @@ of the request (rounded up to a multiple of `pad_multiple`), at most
 batching that need one fixed shape). At the token positions both give the
 same values.
 
+With `remove_padding` (the default for a model whose call takes it, as
+`BertEncoder`), the model's position-wise work runs on the tokens only
+(see `official_bert/modeling/packing.py`): a request of texts of different
+lengths costs about its tokens, not B x T. The outputs are the same at the
+token positions; `sequence_output` is 0 at padding positions.
+
 Fine-tuned classifier (what run_classifier.py calls):
 
     serving.export_saved_model(
@@ -41,6 +47,7 @@ Fine-tuned classifier (what run_classifier.py calls):
 Pretrained checkpoint: `export_pretrained(...)`.
 """
 
+import inspect
 import os
 import re
 
@@ -187,12 +194,14 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
       most of them; a text with fewer has -1 positions, "" tokens, id -1
       and probability 0 in the rest.
     top_k: K of `fill_mask`.
+    remove_padding: run the model with `remove_padding=True` (position-wise
+      work on the tokens only); None: whenever the model's `call` takes it.
   """
 
   def __init__(self, model, outputs, vocab_file, do_lower_case, seq_length,
                text_pair=False, dynamic_length=True,
                pad_multiple=DEFAULT_PAD_MULTIPLE, normalize_embedding=False,
-               mlm_head=None, top_k=DEFAULT_TOP_K):
+               mlm_head=None, top_k=DEFAULT_TOP_K, remove_padding=None):
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     self._tokenizer = tfhub_modules.Untracked(tokenizer)
     self._ids = (tokenizer.cls_id, tokenizer.sep_id)
@@ -207,6 +216,14 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     self._dynamic_length = dynamic_length
     self._pad_multiple = pad_multiple
     self._normalize_embedding = normalize_embedding
+    takes_it = takes_remove_padding(model)
+    if remove_padding and not takes_it:
+      raise ValueError(f"remove_padding=True needs a model whose call takes "
+                       f"remove_padding (a BertEncoder); "
+                       f"{type(model).__name__}'s does not: pass "
+                       f"remove_padding=False")
+    self._remove_padding = takes_it if remove_padding is None else bool(
+        remove_padding)
     self._top_k = min(top_k, tokenizer.vocab_size)
     self._vocab = tokenizer.vocab
     text = tf.TensorSpec([None], tf.string, name="text")
@@ -260,7 +277,8 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     return tfhub_modules.pack_inputs(segments, self.seq_length, *self._ids)
 
   def _run(self, inputs):
-    named = self._outputs(self._model.value(inputs, training=False))
+    extra = {"remove_padding": True} if self._remove_padding else {}
+    named = self._outputs(self._model.value(inputs, training=False, **extra))
     named = {name: tf.cast(value, tf.float32) if value.dtype.is_floating
              else value for name, value in named.items()}
     if "sequence_output" in named:
@@ -293,6 +311,15 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
             "mask_positions": positions}
 
 
+def takes_remove_padding(model):
+  """Whether `model`'s call takes `remove_padding` (e.g. a BertEncoder)."""
+  call = getattr(model, "call", None)
+  try:
+    return "remove_padding" in inspect.signature(call).parameters
+  except (TypeError, ValueError):
+    return False
+
+
 def next_version(export_dir):
   """1 + the largest numeric version under `export_dir` (1 if none)."""
   if not tf.io.gfile.isdir(export_dir):
@@ -308,7 +335,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        warmup_texts=DEFAULT_WARMUP_TEXTS, log=None,
                        dynamic_length=True, pad_multiple=DEFAULT_PAD_MULTIPLE,
                        normalize_embedding=False, mlm_head=None,
-                       top_k=DEFAULT_TOP_K):
+                       top_k=DEFAULT_TOP_K, remove_padding=None):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -334,6 +361,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     mlm_head: `model`'s masked-LM head (model must be its `BertEncoder`):
       adds the `fill_mask` signature (see `ServingModule`).
     top_k: how many tokens `fill_mask` returns per [MASK].
+    remove_padding: the model's position-wise work on the tokens only (see
+      `ServingModule`); None: whenever the model supports it.
 
   Returns:
     The path of the written version directory.
@@ -365,7 +394,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       model, outputs, vocab_file, do_lower_case, seq_length, text_pair,
       dynamic_length=dynamic_length, pad_multiple=pad_multiple,
       normalize_embedding=normalize_embedding, mlm_head=mlm_head,
-      top_k=top_k)
+      top_k=top_k, remove_padding=remove_padding)
   requests = _warmup_requests(list(warmup_texts), text_pair,
                               fill_mask=mlm_head is not None)
   log(f"writing version {version} under {export_dir}")

@@ -87,9 +87,15 @@ def test_signatures_answer_raw_text_and_ids(exported, served):
   got = text_fn(text=tf.constant(TEXTS))
   inputs, want = _keras_on_text(exported["encoder"], TEXTS)
   assert int(inputs["input_mask"][2].numpy().sum()) == SEQ_LENGTH  # truncated
-  for name in ("pooled_output", "sequence_output", "input_mask"):
+  for name in ("pooled_output", "input_mask"):
     np.testing.assert_allclose(got[name], want.get(name, inputs.get(name)),
                                atol=1e-6)
+  # remove_padding: equal at the tokens, zeros at padding positions.
+  mask = inputs["input_mask"].numpy()
+  np.testing.assert_allclose(_at_tokens(got["sequence_output"], mask),
+                             _at_tokens(want["sequence_output"], mask),
+                             atol=1e-6)
+  assert not np.asarray(got["sequence_output"])[mask == 0].any()
 
   # Ids: any length up to SEQ_LENGTH as is; longer requests are cut.
   for seq in (testing.SEQ, 23):
@@ -264,7 +270,8 @@ def test_text_runs_at_its_length_and_equals_the_fixed_length_export(
   # preprocessor's packing), and sentence_embedding L2-normalised.
   fixed = serving.ServingModule(
       exported["encoder"], serving.encoder_outputs, VOCAB, True, SEQ_LENGTH,
-      dynamic_length=False, normalize_embedding=True).signatures()
+      dynamic_length=False, normalize_embedding=True,
+      remove_padding=False).signatures()
   texts = tf.constant(["Hello, world!", "the cat sat on the mat.", ""])
   got = served.signatures["serving_default"](text=texts)
   want = fixed["serving_default"](text=texts)

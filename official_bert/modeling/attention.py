@@ -8,6 +8,7 @@ from keras import ops
 from official_bert.modeling import dropout
 from official_bert.modeling import initializers
 from official_bert.modeling import kernels as kernels_lib
+from official_bert.modeling import packing as packing_lib
 
 # Shape legend: B batch, T query positions, S key positions, N heads,
 # D size per head, H = N * D hidden size.
@@ -81,12 +82,29 @@ class SelfAttention(keras.layers.Layer):
     return ops.reshape(x, (batch, length, self.num_attention_heads,
                            self.head_size))
 
-  def call(self, inputs, training=None, query_inputs=None):
+  def call(self, inputs, training=None, query_inputs=None, packing=None):
     x, mask = inputs
+    if packing is not None:
+      return self._call_packed(x, mask, packing, training)
     query = self._split_heads(self.query(x if query_inputs is None
                                          else query_inputs))
     key = self._split_heads(self.key(x))
     value = self._split_heads(self.value(x))
+    return self._attend(query, key, value, mask, training)
+
+  def _call_packed(self, x, mask, packing, training):
+    tokens, slots = packing
+    # [N, H] x 3 -> [N, 3H] -> [B, T, 3H]: one gather lays out q, k and v.
+    qkv = ops.concatenate([self.query(x), self.key(x), self.value(x)], axis=-1)
+    qkv = packing_lib.unpack(qkv, slots, mask)
+    query, key, value = [self._split_heads(part)
+                         for part in ops.split(qkv, 3, axis=-1)]
+    # Padding keys are zeros here but get the -10000 bias, as in `call`.
+    context = self._attend(query, key, value, mask, training, project=False)
+    # [B, T, H] -> [N, H]: the output projection runs on the tokens only.
+    return self.output_dense(packing_lib.pack(context, tokens))
+
+  def _attend(self, query, key, value, mask, training, project=True):
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.
     scores = ops.einsum("btnd,bsnd->bnts", query, key)
     scores = ops.cast(scores, "float32") / math.sqrt(self.head_size)
@@ -99,7 +117,7 @@ class SelfAttention(keras.layers.Layer):
     context = ops.einsum("bnts,bsnd->btnd", probs, value)
     batch, length = ops.shape(query)[0], ops.shape(query)[1]
     context = ops.reshape(context, (batch, length, self.hidden_size))
-    return self.output_dense(context)
+    return self.output_dense(context) if project else context
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape[0])

@@ -40,6 +40,9 @@ class TransformerBlock(keras.layers.Layer):
   With `output_positions` (int [B, P]) the block attends from those positions
   only (to all of them) and returns [B, P, H]: equal to the full output
   gathered there, for a fraction of the work when only P positions are read.
+  With `packing` (`packing.pack_indices(mask)`), x holds the tokens only,
+  packed [N, H], and so does the output: every position-wise step runs on
+  the N tokens, attention on [B, T] (see `packing.py`).
 
   Example:
     >>> block = TransformerBlock(32, 4, 37)
@@ -95,14 +98,17 @@ class TransformerBlock(keras.layers.Layer):
         dtype=self.dtype_policy)
     self.built = True
 
-  def call(self, inputs, training=None, output_positions=None):
+  def call(self, inputs, training=None, output_positions=None, packing=None):
     x, mask = inputs
     queries = None
+    if packing is not None and output_positions is not None:
+      raise ValueError("TransformerBlock takes output_positions or packing, "
+                       "not both")
     if output_positions is not None:
       # [B, T, H] -> [B, P, H]: the queries, and the residual.
       queries = positions_lib.gather_positions(x, output_positions)
     attended = self.attention((x, mask), training=training,
-                              query_inputs=queries)
+                              query_inputs=queries, packing=packing)
     if queries is not None:
       x = queries
     attended = self.attention_dropout(attended, training=training)
