@@ -1,0 +1,66 @@
+"""The encoder's remove_padding path: tokens packed [N, H], same outputs.
+
+`BertEncoder(..., remove_padding=True)` must equal the padded path at every
+token position (sequence_output, each layer's output, pooled_output), give
+zeros at padding positions, and work for any mask pattern. The rows have
+very different lengths (7, 2, 4 of 7), so a gather or scatter that mixes
+rows or positions cannot pass.
+"""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from official_bert.modeling import encoder as encoder_lib
+from official_bert.modeling import packing
+from tests import testing
+
+
+def test_pack_indices_point_both_ways():
+  mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]], np.int32)
+  tokens, slots = packing.pack_indices(mask)
+  np.testing.assert_array_equal(tokens, [0, 1, 3, 6, 7, 8])
+  # Padding points at row N = 6, the zero row `unpack` appends.
+  np.testing.assert_array_equal(slots, [0, 1, 6, 2, 6, 6, 3, 4, 5])
+  x = np.random.default_rng(0).normal(size=(3, 3, 5)).astype(np.float32)
+  packed = packing.pack(x, tokens)
+  np.testing.assert_array_equal(packed, x[mask == 1])
+  np.testing.assert_array_equal(packing.unpack(packed, slots, mask),
+                                x * mask[:, :, None])
+
+
+@pytest.fixture(scope="module")
+def encoder():
+  return encoder_lib.BertEncoder.from_bert_config(testing.tiny_config())
+
+
+def _compare(encoder, inputs):
+  # (The serving tests run it traced with [None, None] inputs.)
+  want = encoder(inputs, training=False)
+  got = encoder(inputs, training=False, remove_padding=True)
+  tokens = inputs["input_mask"] != 0
+  np.testing.assert_allclose(got["pooled_output"], want["pooled_output"],
+                             atol=1e-6)
+  for got_layer, want_layer in zip(
+      got["encoder_outputs"] + [got["sequence_output"]],
+      want["encoder_outputs"] + [want["sequence_output"]]):
+    got_layer, want_layer = np.asarray(got_layer), np.asarray(want_layer)
+    np.testing.assert_allclose(got_layer[tokens], want_layer[tokens],
+                               atol=1e-6)
+    assert not got_layer[~tokens].any()
+
+
+def test_remove_padding_equals_the_padded_path_at_the_tokens(encoder):
+  inputs = testing.random_inputs(lengths=[7, 2, 4])
+  _compare(encoder, inputs)
+  # A mask that is not a prefix (position 0 kept: the pooler reads it).
+  inputs["input_mask"] = np.array([[1, 0, 1, 1, 0, 1, 0],
+                                   [1, 1, 1, 1, 1, 1, 1],
+                                   [1, 0, 0, 0, 0, 0, 1]], np.int32)
+  _compare(encoder, inputs)
+
+
+def test_remove_padding_and_output_positions_are_exclusive(encoder):
+  with pytest.raises(ValueError, match="not both"):
+    encoder(testing.random_inputs(), remove_padding=True,
+            output_positions=ops.zeros((3, 2), "int32"))
