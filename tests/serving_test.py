@@ -367,3 +367,24 @@ def test_pack_to_longest_rounds_up_and_caps():
   assert packed["input_word_ids"].shape == (1, SEQ_LENGTH)
   np.testing.assert_array_equal(packed["input_type_ids"][0],
                                 [0] * 9 + [1] * 7)  # [CLS] 7 [SEP] 6 [SEP]
+
+
+def test_bfloat16_export_is_bfloat16_and_close_to_float32(exported, served,
+                                                          tmp_path):
+  root = exported["root"]
+  path = serving.export_pretrained(
+      str(tmp_path / "bf16"), str(root / "bert_config.json"),
+      str(root / "ckpt" / "ckpt-1"), VOCAB, seq_length=SEQ_LENGTH,
+      weights_dtype="bfloat16", warmup_texts=())
+  dtypes = tf.train.load_checkpoint(os.path.join(
+      path, "variables", "variables")).get_variable_to_dtype_map()
+  assert {dtype for dtype in dtypes.values() if dtype.is_floating} == {
+      tf.bfloat16}
+  got = tf.saved_model.load(path).signatures["serving_default"](
+      text=tf.constant(TEXTS))
+  want = served.signatures["serving_default"](text=tf.constant(TEXTS))
+  assert got["pooled_output"].dtype == tf.float32
+  # bfloat16 keeps 8 significant bits: close, but not the float32 values.
+  diff = np.abs(got["pooled_output"] - want["pooled_output"]).max()
+  assert 0 < diff < 0.05
+  np.testing.assert_array_equal(got["input_mask"], want["input_mask"])
