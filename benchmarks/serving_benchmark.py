@@ -58,6 +58,10 @@ def _define_flags():
                       "a temporary directory, removed at the end).")
   flags.DEFINE_integer("pad_multiple", 1, "Our export's --pad_multiple.")
   flags.DEFINE_integer("seed", 0, "Seed of the weights and the text sample.")
+  flags.DEFINE_bool("bfloat16_accuracy", False, "Also export each model "
+                    "with --weights_dtype=bfloat16 and print how far its "
+                    "outputs are from float32's (not timed: this CPU has no "
+                    "bfloat16 instructions).")
   flags.DEFINE_integer("threads", 0, "Threads per op for every peer (TF "
                        "intra_op and inter_op, torch, ONNX Runtime intra_op);"
                        " 0: each library's default (TF Serving's too).")
@@ -117,6 +121,7 @@ class _Peers:
       signature = tf.saved_model.load(path).signatures["serving_default"]
       return lambda texts: signature(text=tf.constant(texts))
     self.max_seq_length = args.max_seq_length
+    self.root, self.ckpt = root, ckpt
     self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
                                                     do_lower_case=True)
     self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
@@ -186,6 +191,51 @@ class _Peers:
       return session.run(None, {name: encoded[name].astype("int64")
                                 for name in names})
     return run
+
+
+def _bfloat16_accuracy(peers, texts, args):
+  """Prints bfloat16 vs float32 exports: outputs and fill_mask top-k."""
+  import random  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from export import serving  # pylint: disable=g-import-not-at-top
+  signatures = {}
+  for dtype in serving.WEIGHTS_DTYPES:
+    path = serving.export_pretrained(
+        os.path.join(peers.root, f"export_{dtype}"),
+        os.path.join(peers.ckpt, "bert_config.json"), peers.ckpt,
+        os.path.join(peers.ckpt, "vocab.txt"), seq_length=args.max_seq_length,
+        weights_dtype=dtype, warmup_texts=())
+    signatures[dtype] = tf.saved_model.load(path).signatures
+  rng = random.Random(args.seed)
+  batch = rng.sample(texts, 32)
+  # One word of each text replaced by [MASK].
+  masked = []
+  for text in rng.sample(texts, 64):
+    words = text.split()
+    words[rng.randrange(len(words))] = serving.MASK_TOKEN
+    masked.append(" ".join(words))
+  out = {dtype: (fns["serving_default"](text=tf.constant(batch)),
+                 fns["fill_mask"](text=tf.constant(masked)))
+         for dtype, fns in signatures.items()}
+  (want, want_mask), (got, got_mask) = out["float32"], out["bfloat16"]
+  tokens = want["input_mask"].numpy() == 1
+  sequence = np.abs(got["sequence_output"].numpy() -
+                    want["sequence_output"].numpy())[tokens]
+  pooled = np.abs(got["pooled_output"].numpy() -
+                  want["pooled_output"].numpy())
+  found = want_mask["mask_positions"].numpy() >= 0
+  ids32 = want_mask["top_k_ids"].numpy()[found]  # [masks, K]
+  ids16 = got_mask["top_k_ids"].numpy()[found]
+  top1 = (ids32[:, 0] == ids16[:, 0]).mean()
+  overlap = np.mean([len(set(a) & set(b)) / len(a)
+                     for a, b in zip(ids32, ids16)])
+  scale = np.abs(want["sequence_output"].numpy()[tokens]).mean()
+  print(f"  bfloat16 vs float32 export: max |sequence_output difference| "
+        f"{sequence.max():.3f} (mean {sequence.mean():.4f}; mean |value| "
+        f"{scale:.3f}), max |pooled_output difference| {pooled.max():.4f}; "
+        f"fill_mask on {len(ids32)} masked texts: top-1 agrees "
+        f"{top1:.2f}, top-{ids32.shape[1]} overlap {overlap:.2f}", flush=True)
 
 
 def _measure(peers, workloads, rounds):
@@ -286,6 +336,8 @@ def main(argv):
   try:
     for name in models:
       peers = _Peers(name, MODELS[name], args, work_dir)
+      if args.bfloat16_accuracy:
+        _bfloat16_accuracy(peers, short, args)
       _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
       times = _measure(peers, workloads, rounds)
       _report(name, peers, times, workloads)
