@@ -45,6 +45,23 @@ def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
   return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
 
 
+def corpus_documents(path=CORPUS):
+  """The documents of a corpus file (one sentence a line, a blank line
+  between documents): a list of documents, each a list of stripped lines."""
+  docs, current = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        current.append(line)
+      elif current:
+        docs.append(current)
+        current = []
+  if current:
+    docs.append(current)
+  return docs
+
+
 def require_shared_data():
   """Skip (with the reason) when ../shared/data is not beside the checkout;
   under CI=true fail instead, so CI cannot pass by skipping these tests."""
