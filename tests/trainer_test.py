@@ -261,12 +261,14 @@ def test_accuracies_divides_counts():
   assert got == {"mlm_accuracy": 0.75, "loss": 2.5}
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
 def test_variable_without_gradient_is_skipped_and_others_train_as_before(
-    tmp_path):
+    tmp_path, jit_compile):
   """A head that never reads a trainable variable (the pooler under a span or
   token head): training runs, that variable keeps its value (no update, no
   weight decay), and every other variable ends exactly where it ends when the
-  unused one is frozen (it takes no share of the clipped global norm)."""
+  unused one is frozen (it takes no share of the clipped global norm).
+  With jit_compile the gradients (None included) leave an XLA function."""
   import keras  # pylint: disable=g-import-not-at-top
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(4)
@@ -291,7 +293,8 @@ def test_variable_without_gradient_is_skipped_and_others_train_as_before(
         lambda labels, out: {"loss": tf.reduce_mean((out - labels) ** 2)},
         trainer_lib.TrainConfig(output_dir=str(tmp_path / name),
                                 num_train_steps=3, steps_per_loop=3,
-                                max_grad_norm=0.01),  # clipping acts
+                                max_grad_norm=0.01,  # clipping acts
+                                jit_compile=jit_compile),
         log=lambda _: None)
     t.train(lambda _: tf.data.Dataset.from_tensor_slices((x, y)).batch(
         4).repeat())
