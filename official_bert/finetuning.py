@@ -1,7 +1,7 @@
 """What the fine-tuning programs share: flags, checks, model set-up, the loop.
 
-`run_classifier.py` and `run_ner.py` (and any task program) define their own
-data flags and then:
+`run_classifier.py`, `run_ner.py` and `run_squad.py` (and any task program)
+define their own data flags and then:
 
     finetuning.define_flags(max_seq_length=128, learning_rate=2e-5)
     ...
@@ -102,12 +102,15 @@ def _modes():
   return [m for m in ("do_train", "do_eval", "do_predict") if m in FLAGS]
 
 
-def check_flags(data_paths=None):
+def check_flags(data_paths=None, mode_paths=None):
   """The flag errors one sentence can explain, before TensorFlow starts.
 
   Args:
     data_paths: {flag name: "dir" or "file"} of the program's own input
       paths (required, and must be that kind).
+    mode_paths: {mode flag: (flag name, "dir" or "file")}: input paths
+      required only when their mode is set (run_squad's --do_train needs
+      --train_file).
   """
   modes = _modes()
   if not any(getattr(FLAGS, m) for m in modes):
@@ -115,6 +118,11 @@ def check_flags(data_paths=None):
                          + ", ".join(f"--{m}" for m in modes)
                          + " must be set.")
   kinds = dict(data_paths or {})
+  for mode, (name, kind) in (mode_paths or {}).items():
+    if getattr(FLAGS, mode):
+      if not getattr(FLAGS, name):
+        raise app.UsageError(f"--{mode} needs --{name}.")
+      kinds[name] = kind
   kinds.update(bert_config_file="file", vocab_file="file")
   for name in list(kinds) + ["output_dir"]:
     if not getattr(FLAGS, name):
@@ -200,7 +208,8 @@ def load_config_and_vocab():
 class Run:
   """A fine-tuning run: strategy, model, optimizer and trainer from FLAGS."""
 
-  def __init__(self, build_model, loss_fn, metric_fn, num_train_examples):
+  def __init__(self, build_model, loss_fn, metric_fn, num_train_examples,
+               example_name="examples"):
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
@@ -222,6 +231,7 @@ class Run:
           f"--train_batch_size={FLAGS.train_batch_size} is not divisible by "
           f"{self.replicas} replicas; use a multiple of {self.replicas}.")
     self.num_train_examples = num_train_examples
+    self.example_name = example_name  # what the steps count, for the log
     self.num_train_steps = max(1, int(num_train_examples /
                                       FLAGS.train_batch_size *
                                       FLAGS.num_train_epochs))
@@ -334,7 +344,8 @@ class Run:
     if result.preempted:
       return False
     print(f"Trained steps {self.start}..{self.step} ({self.num_train_steps} "
-          f"= {self.num_train_examples} examples x {FLAGS.num_train_epochs} "
+          f"= {self.num_train_examples} {self.example_name} x "
+          f"{FLAGS.num_train_epochs} "
           f"epochs / batch {FLAGS.train_batch_size}) in "
           f"{time.time() - t0:.1f} s: "
           + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
@@ -351,18 +362,21 @@ class Run:
 
 
 def predict(model, inputs, batch_size):
-  """The model's outputs (numpy, float32) on numpy encoder inputs."""
+  """The model's outputs (numpy, float32; one array, or a dict of them as
+  the model returns) on numpy encoder inputs."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
   step = tf.function(lambda batch: model(batch, training=False))
-  out = [step(batch).numpy() for batch in dataset]
+  out = [tf.nest.map_structure(lambda t: t.numpy(), step(batch))
+         for batch in dataset]
   if out:
-    return np.concatenate(out)
-  # No examples: an empty array of the output's shape.
+    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *out)
+  # No examples: empty arrays of the outputs' shapes.
   probe = {k: np.zeros((1,) + v.shape[1:], v.dtype) for k, v in inputs.items()}
-  return np.zeros((0,) + tuple(model(probe, training=False).shape[1:]),
-                  np.float32)
+  return tf.nest.map_structure(
+      lambda t: np.zeros((0,) + tuple(t.shape[1:]), np.float32),
+      model(probe, training=False))
 
 
 def data_error(error):

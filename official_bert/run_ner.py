@@ -134,18 +134,13 @@ def main(argv):
         sentences, tokenizer, FLAGS.max_seq_length, ids)
     encoded[split] = (sentences, inputs, window, position, window_labels)
 
-  def build_model(kernels):
-    model = finetuning_models.BertTokenClassifier.from_bert_config(
-        config, len(labels), kernels=kernels)
-    # The loss never reaches the pooler: kept as loaded (no gradient, no
-    # weight decay), as the original's optimizer skips variables without
-    # a gradient.
-    model.encoder.pooler.trainable = False
-    return model
-
+  # The loss never reaches the pooler: it gets no gradient and stays as
+  # loaded (train_step.py skips it, as the original's optimizer skips
+  # variables without a gradient), and is saved and exported with the rest.
   num_train = len(encoded["train"][4]) if FLAGS.do_train else 0
   run = finetuning.Run(
-      build_model,
+      lambda kernels: finetuning_models.BertTokenClassifier.from_bert_config(
+          config, len(labels), kernels=kernels),
       token_losses, token_metric_counts, num_train_examples=num_train)
   run.write_run_files(config, {"label_list.json": json.dumps(labels) + "\n"})
   print(f"NER: tags {labels}, "

@@ -24,6 +24,8 @@ import random
 import re
 import sys
 
+from tests import testing
+
 _FUNC = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\(\)")
 _MOD = re.compile(r"[a-z_][a-z0-9_]+(\.[a-z_][a-z0-9_]+)+")
 _NUMBER = re.compile(r"\d+(\.\d+)*")
@@ -66,26 +68,11 @@ def tag(words):
   return tags
 
 
-def documents(corpus):
-  docs, current = [], []
-  with open(corpus, encoding="utf-8") as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        current.append(line)
-      elif current:
-        docs.append(current)
-        current = []
-  if current:
-    docs.append(current)
-  return docs
-
-
 def make_task(corpus, max_sentences=None, seed=0, max_words=40):
   """{split: [(doc_index, [(words, tags), ...]), ...]}."""
   rng = random.Random(seed)
   splits = {"train": [], "dev": [], "test": []}
-  for index, doc in enumerate(documents(corpus)):
+  for index, doc in enumerate(testing.corpus_documents(corpus)):
     split = {8: "dev", 9: "test"}.get(index % 10, "train")
     tagged, plain = [], []
     for sentence in doc:
@@ -131,9 +118,7 @@ def write_task(directory, corpus, max_sentences=None, seed=0):
 def main(argv):
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.DEFINE_string("output_dir", None, "Where train/dev/test.txt go.")
-  flags.DEFINE_string("corpus", os.path.join(
-      os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
-      "shared", "data", "pydocs_corpus.txt"), "The pydocs corpus.")
+  flags.DEFINE_string("corpus", testing.CORPUS, "The pydocs corpus.")
   flags.DEFINE_integer("max_train_sentences", None, "Keep the first N.")
   flags.DEFINE_integer("max_eval_sentences", None, "Keep the first N of dev "
                        "and of test.")

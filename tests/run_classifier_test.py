@@ -18,24 +18,9 @@ from tests import testing
 PARTS = {"c_api": range(1, 63), "whatsnew": range(450, 470)}
 
 
-def _documents():
-  docs, current = [], []
-  with open(testing.CORPUS, encoding="utf-8") as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        current.append(line)
-      elif current:
-        docs.append(current)
-        current = []
-  if current:
-    docs.append(current)
-  return docs
-
-
 def write_task(directory, per_class_train=300, per_class_dev=100, seed=0):
   """train.tsv, dev.csv and test.jsonl of (sentence, part) pairs."""
-  docs = _documents()
+  docs = testing.corpus_documents()
   rng = random.Random(seed)
   rows = {"train": [], "dev": [], "test": []}
   for label, doc_ids in PARTS.items():

@@ -69,13 +69,22 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
   killed.send_signal(signal.SIGKILL)
   killed.wait()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  first = int(tf.train.latest_checkpoint(str(out_dir)).rsplit("-", 1)[1])
+  first_prefix = tf.train.latest_checkpoint(str(out_dir))
+  first = int(first_prefix.rsplit("-", 1)[1])
   assert not (out_dir / "eval_results.txt").exists()
+  kept = tmp_path / "first"  # the rerun deletes old checkpoints
+  os.makedirs(kept)
+  for path in tf.io.gfile.glob(first_prefix + ".*"):
+    shutil.copy(path, kept)
   resumed = testing.run_cli(flags_)
   steps = int(resumed.stdout.split("run_ner done at step ")[1].split(":")[0])
   assert 4 <= first < steps, (first, steps)  # killed mid-run
   assert f"at step {first}" in resumed.stdout
   assert f"Trained steps {first}..{steps}" in resumed.stdout
+  # The pooler (no gradient under the token head) is saved, as it was.
+  testing.assert_pooler_kept_others_trained(
+      str(kept / os.path.basename(first_prefix)),
+      tf.train.latest_checkpoint(str(out_dir)))
 
   # test_predictions.txt: every test word with its gold and predicted tag.
   sentences = ner.read_conll(os.path.join(task, "test.txt"))

@@ -6,6 +6,7 @@ sample's questions from raw text exactly as predictions.json."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,9 +66,14 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
   assert killed.returncode == -signal.SIGKILL, killed.stderr.read()[-3000:]
   steps = int(160 / 16 * 10)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  first = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
+  first_prefix = tf.train.latest_checkpoint(str(out))
+  first = int(first_prefix.rsplit("-", 1)[1])
   assert 5 <= first < steps
   assert not os.path.exists(out / "predictions.json")
+  kept = tmp_path / "first"  # the rerun deletes old checkpoints
+  os.makedirs(kept)
+  for path in tf.io.gfile.glob(first_prefix + ".*"):
+    shutil.copy(path, kept)
 
   proc = testing.run_cli(_flags(
       tmp_path, out, *train, "--do_predict", f"--predict_file={predict_file}",
@@ -78,6 +84,10 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
   assert f"Resumed from {out / f'ckpt-{first}'} at step {first}" in proc.stdout
   assert f"Trained steps {first}..{steps}" in proc.stdout, proc.stdout[-3000:]
   assert "Initialised the encoder" not in proc.stdout
+  # The pooler (no gradient under the span head) is saved, as it was.
+  testing.assert_pooler_kept_others_trained(
+      str(kept / os.path.basename(first_prefix)),
+      tf.train.latest_checkpoint(str(out)))
 
   with open(out / "predictions.json") as f:
     predictions = json.load(f)
@@ -145,3 +155,24 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
   from export import saved_model_io  # pylint: disable=g-import-not-at-top
   ops = saved_model_io.op_types(str(tmp_path / "serving" / "1"))
   assert ops["other"] == [] and "RegexSplitWithOffsets" in ops["tf_text"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--do_train"], "--do_train needs --train_file."),
+    (["--do_predict", f"--predict_file={SAMPLE}", "--max_query_length=61"],
+     "--max_seq_length=64 leaves no room for the context after "
+     "--max_query_length=61 and 3 special tokens; raise --max_seq_length."),
+    (["--do_predict", f"--predict_file={SAMPLE}", "--kernels=fast",
+      "--train_batch_size=0"], "--train_batch_size must be positive, got 0."),
+])
+def test_flag_errors_are_one_sentence_before_tensorflow(tmp_path, extra,
+                                                         message):
+  """The checks finetuning.py shares, and run_squad's own, with its modes."""
+  testing.require_shared_data()
+  testing.tiny_config().to_json_file(str(tmp_path / "bert_config.json"))
+  out = tmp_path / "out"
+  proc = testing.run_cli(_flags(tmp_path, out, *extra), check=False)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].endswith(message), proc.stderr
+  assert not out.exists()

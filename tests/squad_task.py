@@ -24,30 +24,13 @@ import random
 import re
 
 from official_bert.tasks import squad_metrics
-
-CORPUS = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "..", "shared", "data", "pydocs_corpus.txt")
+from tests import testing
 
 _SPAN = re.compile(
     r"(?<![\w.])(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"  # os.path(.join())
     r"|[A-Za-z_]\w*\(\)"                                      # open()
     r"|[A-Z][A-Z0-9]*_[A-Z0-9_]+"                             # SEEK_SET
     r"|\d+(?:\.\d+)*)(?![\w(])")                              # 3.11, 42
-
-
-def documents(path=CORPUS):
-  docs, current = [], []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        current.append(line)
-      elif current:
-        docs.append(current)
-        current = []
-  if current:
-    docs.append(current)
-  return docs
 
 
 def _questions(context, sentence_starts, sentences, rng, prefix):
@@ -133,7 +116,7 @@ def missing_words_baseline(data):
 
 def write_task(out_dir, version_2=False, seed=0, max_train=None, max_dev=None,
                train_docs=range(0, 400), dev_docs=range(400, 470)):
-  docs = documents()
+  docs = testing.corpus_documents()
   rng = random.Random(seed)
   fraction = 1 / 3 if version_2 else 0.0
   os.makedirs(out_dir, exist_ok=True)

@@ -45,6 +45,44 @@ def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
   return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
 
 
+def corpus_documents(path=CORPUS):
+  """The documents of a corpus file (one sentence a line, a blank line
+  between documents): a list of documents, each a list of stripped lines."""
+  docs, current = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        current.append(line)
+      elif current:
+        docs.append(current)
+        current = []
+  if current:
+    docs.append(current)
+  return docs
+
+
+def assert_pooler_kept_others_trained(before_prefix, after_prefix):
+  """The encoder's pooler is in both training checkpoints and unchanged
+  between them (a span or token head gives it no gradient: no update, no
+  weight decay), while the other model weights changed."""
+  import numpy as np
+  import tensorflow as tf
+  def weights(prefix):
+    return {name: tf.train.load_variable(prefix, name)
+            for name, _ in tf.train.list_variables(prefix)
+            if name.startswith("model/")}
+  before, after = weights(before_prefix), weights(after_prefix)
+  assert set(before) == set(after)
+  pooler = [n for n in before if n.startswith("model/encoder/pooler/")]
+  assert len(pooler) == 2, sorted(before)  # kernel and bias
+  for name in pooler:
+    np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+  changed = [n for n in before if n not in pooler and
+             not np.array_equal(before[n], after[n])]
+  assert len(changed) > len(before) // 2, changed
+
+
 def require_shared_data():
   """Skip (with the reason) when ../shared/data is not beside the checkout;
   under CI=true fail instead, so CI cannot pass by skipping these tests."""

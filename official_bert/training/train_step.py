@@ -81,7 +81,8 @@ def replica_gradients(model, optimizer, losses_and_metrics, batches,
 
   Each micro-batch's loss is scaled by 1 / (replicas * micro-batches), so the
   all-reduced sum is the gradient of the global batch's mean loss. Losses are
-  averaged over micro-batches, metrics summed.
+  averaged over micro-batches, metrics summed. A variable the loss never
+  reads (the pooler under a span or token head) has the gradient None.
   """
   variables = model.trainable_variables
   scale = 1.0 / (num_replicas * len(batches))
@@ -91,10 +92,10 @@ def replica_gradients(model, optimizer, losses_and_metrics, batches,
       outputs = model(inputs, training=True)
       losses, metrics = losses_and_metrics(labels, outputs)
       scaled = optimizer.scale_loss(losses["loss"] * scale)
-    step_grads = [tf.convert_to_tensor(g)
+    step_grads = [None if g is None else tf.convert_to_tensor(g)
                   for g in tape.gradient(scaled, variables)]
     grads = step_grads if grads is None else [
-        a + b for a, b in zip(grads, step_grads)]
+        None if a is None else a + b for a, b in zip(grads, step_grads)]
     for key, value in losses.items():
       loss_sums[key] = loss_sums.get(key, 0.0) + value / len(batches)
     for key, value in metrics.items():
@@ -106,8 +107,14 @@ def clip_and_apply(optimizer, grads, variables, max_grad_norm):
   """Clips the (all-reduced) gradients by global norm and applies them.
 
   Under loss scaling the gradients are still multiplied by the scale, so the
-  limit is too: the clipping is the same with and without it.
+  limit is too: the clipping is the same with and without it. Variables whose
+  gradient is None are left out of both, as the original's optimizer skips
+  them: no update, no weight decay, no share of the norm.
   """
+  present = [(g, v) for g, v in zip(grads, variables) if g is not None]
+  if not present:
+    raise ValueError("The loss has no gradient for any trainable variable.")
+  grads, variables = [g for g, _ in present], [v for _, v in present]
   if max_grad_norm > 0:
     limit = max_grad_norm
     dynamic_scale = getattr(optimizer, "dynamic_scale", None)
@@ -157,8 +164,12 @@ def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
   def replica_step(batches):
     grads, losses, metrics = replica_grads(batches)
     if num_replicas > 1:
-      grads = tf.distribute.get_replica_context().all_reduce(
-          tf.distribute.ReduceOp.SUM, grads)
+      # The same variables lack a gradient on every replica (it is known
+      # when tracing): only the others are reduced.
+      present = [g for g in grads if g is not None]
+      reduced = iter(tf.distribute.get_replica_context().all_reduce(
+          tf.distribute.ReduceOp.SUM, present))
+      grads = [None if g is None else next(reduced) for g in grads]
     apply(grads)
     return losses, metrics
 
