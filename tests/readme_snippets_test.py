@@ -338,13 +338,55 @@ def _tiny_config():
   return testing.tiny_config(vocab_size=30522, max_position_embeddings=512)
 
 
+def _shared_root(tmp_path_factory):
+  """A directory of this pytest session that every xdist worker sees."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # .../pytest-N/popen-gwK -> .../pytest-N
+  root = root / "readme_snippets"
+  os.makedirs(root, exist_ok=True)
+  return root
+
+
+def _once(root, name, build):
+  """build() once per test session, whichever xdist worker asks first (the
+  other waits for it); returns build()'s JSON value, or fails as it did."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  with open(root / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    done = root / f"{name}.done.json"
+    if done.exists():
+      with open(done, encoding="utf-8") as f:
+        record = json.load(f)
+    else:
+      try:
+        record = {"value": build()}
+      except BaseException as e:
+        record = {"error": f"{type(e).__name__}: {e}"}
+        with open(done, "w", encoding="utf-8") as f:
+          json.dump(record, f)
+        raise
+      with open(done, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+  if "error" in record:
+    pytest.fail(f"{name}, built by another test worker, failed: "
+                f"{record['error'][-4000:]}")
+  return record["value"]
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   testing.require_shared_data()
+  root = _shared_root(tmp_path_factory)
+  _once(root, "world", lambda: _build_world(root / "w"))
+  return root / "w"
+
+
+def _build_world(w):
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
-  w = tmp_path_factory.mktemp("readme")
+  os.makedirs(w)
   config = _tiny_config()
   # The same weights as a Hugging Face directory and a TF1 release folder.
   torch.manual_seed(0)
@@ -399,28 +441,31 @@ def world(tmp_path_factory):
                 w / "squad" / f"{split}-v2.0.json")
   _write(w / "sentences.txt", "The quick brown fox.\nHello world!\n"
          "Paris is the capital of France. ||| It is in Europe.\n")
-  return w
 
 
 @pytest.fixture(scope="module")
 def bert_base(world):
   """Both convert_checkpoint commands; the second (Hugging Face) writes the
   /tmp/bert_base the other blocks read as bert_base/ and $BERT_BASE_DIR."""
-  out = _run_sh("convert_checkpoint", world)
-  assert out.count("converted ") == 2, out
+  def build():
+    out = _run_sh("convert_checkpoint", world)
+    assert out.count("converted ") == 2, out
+  _once(world.parent, "bert_base", build)
   return world / "out" / "bert_base"
 
 
 @pytest.fixture(scope="module")
 def pretrained(world):
-  return _run_sh("pretraining", world)
+  _once(world.parent, "pretrained", lambda: _run_sh("pretraining", world))
+  return world / "out" / "pretraining"
 
 
 @pytest.fixture(scope="module")
 def serving_export(world, bert_base):
   del bert_base
-  out = _run_sh("export_saved_model", world)
-  return world / "models" / "bert" / "1", out
+  _once(world.parent, "serving_export",
+        lambda: _run_sh("export_saved_model", world))
+  return world / "models" / "bert" / "1"
 
 
 @pytest.fixture(scope="module")
@@ -428,13 +473,14 @@ def python_blocks(world, hub_export, pretrained):
   """Every ```python block, run once (the TF-Hub one loads hub_export; the
   serving one builds a classifier from the pretraining block's config)."""
   del hub_export, pretrained
-  return _run_python_blocks(world)
+  return _once(world.parent, "python_blocks",
+               lambda: _run_python_blocks(world))
 
 
 @pytest.fixture(scope="module")
 def hub_export(world, bert_base):
   del bert_base
-  _run_sh("export_tfhub", world)
+  _once(world.parent, "hub_export", lambda: _run_sh("export_tfhub", world))
   return world / "out" / "bert_hub"
 
 
@@ -512,12 +558,14 @@ def test_the_quickstart_output_shown_is_what_the_demo_prints():
       before[before.rindex("## Quickstart"):])
 
 
+@pytest.mark.slow
 def test_model_block(python_blocks):
   out = _python_block(python_blocks, "model")
   assert "shapes (3, 5, 32) (3, 32)" in out, out
   assert "'mlm_logits'" in out and "'next_sentence_logits'" in out, out
 
 
+@pytest.mark.slow
 def test_tokenizer_block_gives_the_ids_it_shows(python_blocks):
   block = _block("tokenizer")
   shown = re.search(r'tokenizer\.tokenize\(tf\.constant\(\["Héllo, world!"\]\)\)'
@@ -527,6 +575,7 @@ def test_tokenizer_block_gives_the_ids_it_shows(python_blocks):
   assert f"ids {shown.group(1)}" in out, out
 
 
+@pytest.mark.slow
 def test_learn_vocab_block(world):
   _run_sh("learn_vocab", world)
   with open(world / "out" / "vocab.txt", encoding="utf-8") as f:
@@ -536,6 +585,7 @@ def test_learn_vocab_block(world):
   assert "fox" in vocab
 
 
+@pytest.mark.slow
 def test_create_pretraining_data_block(world):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _run_sh("create_pretraining_data", world)
@@ -547,6 +597,7 @@ def test_create_pretraining_data_block(world):
   assert example["input_ids"].numpy()[0] == 101  # [CLS]
 
 
+@pytest.mark.slow
 def test_pretraining_block(world, pretrained):
   del pretrained
   results = _read_results(world / "out" / "pretraining" / "eval_results.txt")
@@ -554,6 +605,7 @@ def test_pretraining_block(world, pretrained):
   assert {"masked_lm_accuracy", "next_sentence_accuracy"} <= set(results)
 
 
+@pytest.mark.slow
 def test_glue_block(world, bert_base):
   del bert_base
   _run_sh("glue", world)
@@ -561,6 +613,7 @@ def test_glue_block(world, bert_base):
   assert {"eval_accuracy", "eval_f1", "eval_loss", "global_step"} <= set(results)
 
 
+@pytest.mark.slow
 def test_classifier_block(world, bert_base):
   del bert_base
   _run_sh("classifier", world)
@@ -568,6 +621,7 @@ def test_classifier_block(world, bert_base):
   assert os.listdir(world / "out" / "sst2_serving") == ["1"]
 
 
+@pytest.mark.slow
 def test_ner_block(world, bert_base):
   del bert_base
   _run_sh("ner", world)
@@ -576,6 +630,7 @@ def test_ner_block(world, bert_base):
   assert os.listdir(world / "out" / "ner_serving")
 
 
+@pytest.mark.slow
 def test_ner_from_the_quickstart_model_block(world, pretrained):
   del pretrained
   _run_sh("ner from the quickstart", world)
@@ -584,6 +639,7 @@ def test_ner_from_the_quickstart_model_block(world, pretrained):
   assert "eval_f1_FUNC" in results or "eval_f1" in results
 
 
+@pytest.mark.slow
 def test_squad_block(world, bert_base):
   del bert_base
   out = _run_sh("squad", world)
@@ -591,17 +647,20 @@ def test_squad_block(world, bert_base):
   assert os.listdir(world / "out" / "squad2_serving")
 
 
+@pytest.mark.slow
 def test_squad_from_the_quickstart_model_block(world, pretrained):
   del pretrained
   _run_sh("squad from the quickstart", world)
   assert os.path.exists(world / "out" / "pydocs_qa_out" / "predictions.json")
 
 
+@pytest.mark.slow
 def test_convert_checkpoint_block(bert_base):
   assert {"bert_config.json", "vocab.txt", "checkpoint",
           "bert_model.ckpt.index"} <= set(os.listdir(bert_base))
 
 
+@pytest.mark.slow
 def test_extract_features_block(world, bert_base):
   del bert_base
   _run_sh("extract_features", world)
@@ -612,26 +671,29 @@ def test_extract_features_block(world, bert_base):
       -1, -2]  # --layers, substituted for the 2-layer model
 
 
+@pytest.mark.slow
 def test_tfhub_loading_block(hub_export, python_blocks):
   assert sorted(os.listdir(hub_export)) == ["encoder", "preprocessor"]
   out = _python_block(python_blocks, "tfhub loading")
   assert "pooled (None, 32)" in out, out
 
 
+@pytest.mark.slow
 def test_export_saved_model_block(serving_export):
-  path, _ = serving_export
-  assert os.path.exists(path / "saved_model.pb")
+  assert os.path.exists(serving_export / "saved_model.pb")
 
 
+@pytest.mark.slow
 def test_serving_export_in_python_block(python_blocks):
   out = _python_block(python_blocks, "serving export in Python")
   assert "probabilities (1, 3)" in out, out
 
 
+@pytest.mark.slow
 def test_curl_request_and_response_match_the_export(serving_export):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  path, _ = serving_export
+  path = serving_export
   command = _commands(_block("curl (checked against the export)"))[0]
   assert command.startswith("curl ") and ":predict" in command
   body = json.loads(re.search(r"-d '(.*)'$", command).group(1))
@@ -646,6 +708,7 @@ def test_curl_request_and_response_match_the_export(serving_export):
   assert outputs["input_mask"].numpy().tolist() == json.loads(mask)
 
 
+@pytest.mark.slow
 def test_saved_model_cli_block(world, serving_export):
   del serving_export
   out = _run_sh("saved_model_cli", world)
