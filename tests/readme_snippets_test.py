@@ -8,16 +8,19 @@ are the substitutions in `SUBSTITUTIONS` (placeholder paths -> tiny real
 fixtures built here, /tmp outputs -> pytest's tmp dir, training shortened),
 each with its reason, and each must still match the README (an unused one is
 an error). ```sh blocks run with bash from the repository root, `python` being
-this interpreter, so `python -m ...` commands are real subprocesses; ```python
-blocks run in a subprocess after the prelude in `PRELUDES`, which defines their
-free variables. What cannot run here is listed in `NOT_RUN` with the reason,
+this interpreter, so `python -m ...` commands are real subprocesses; the
+```python blocks run in one fresh subprocess (one TensorFlow start-up), each in
+its own namespace after its prelude in `PRELUDES`, which defines its free
+variables, and before its `CHECKS`. What cannot run here is listed in `NOT_RUN` with the reason,
 and checked instead as far as it can be (the `curl` request's body is fed to
 the exported `serving_default`).
 
 The model: `testing.tiny_config` with BERT's 30,522-token uncased vocabulary
 (`../shared/data`) and 512 positions, written once as a google-research/bert
 TF1 checkpoint (`uncased_L-12_H-768_A-12/`) and once as a Hugging Face
-directory (`/path/to/hf_bert_dir`), with the same weights.
+directory (`/path/to/hf_bert_dir`), with the same weights. The fixtures that
+several tests share are built once per session even on two xdist workers
+(`_once`: a file lock in the session's tmp dir).
 """
 
 import json
