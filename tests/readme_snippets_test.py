@@ -1,0 +1,764 @@
+"""Runs every ```sh and ```python block of README.md as written.
+
+Each block is found by its first line (`BLOCKS`); the README having a block
+this file does not know, or losing one it knows, fails
+`test_every_readme_block_is_known`. A block's text is read from the README at
+run time, so editing a snippet changes what runs. The only changes made to it
+are the substitutions in `SUBSTITUTIONS` (placeholder paths -> tiny real
+fixtures built here, /tmp outputs -> pytest's tmp dir, training shortened),
+each with its reason, and each must still match the README (an unused one is
+an error). ```sh blocks run with bash from the repository root, `python` being
+this interpreter, so `python -m ...` commands are real subprocesses; the
+```python blocks run in one fresh subprocess (one TensorFlow start-up), each in
+its own namespace after its prelude in `PRELUDES`, which defines its free
+variables, and before its `CHECKS`. What cannot run here is listed in `NOT_RUN` with the reason,
+and checked instead as far as it can be (the `curl` request's body is fed to
+the exported `serving_default`).
+
+The model: `testing.tiny_config` with BERT's 30,522-token uncased vocabulary
+(`../shared/data`) and 512 positions, written once as a google-research/bert
+TF1 checkpoint (`uncased_L-12_H-768_A-12/`) and once as a Hugging Face
+directory (`/path/to/hf_bert_dir`), with the same weights. The fixtures that
+several tests share are built once per session even on two xdist workers
+(`_once`: a file lock in the session's tmp dir).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests import testing
+
+README = os.path.join(testing.ROOT, "README.md")
+W = "@W@"  # The fixture directory, filled in last (so no rule matches in it).
+
+# Every README block by its first line: what this file does with it.
+BLOCKS = {
+    "python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt && "
+    ".venv/bin/python -m official_bert.quickstart": "quickstart (checked)",
+    "python3 -m venv .venv && .venv/bin/pip install -q -r requirements-test.txt"
+    " && .venv/bin/python -m pytest -q": "test command (checked)",
+    "  Return a new [MASK] containing the items of the iterable.":
+        "quickstart demo output (checked)",
+    "from official_bert import configs": "model",
+    "import tensorflow as tf\nfrom official_bert.data import tokenization":
+        "tokenizer",
+    "python -m tfrecords.learn_vocab --input_file='corpus/*.txt' "
+    "--output_file=vocab.txt \\": "learn_vocab",
+    "python -m tfrecords.create_pretraining_data --input_file='corpus/*.txt' \\":
+        "create_pretraining_data",
+    "python -m tfrecords.create_pretraining_data "
+    "--input_file=../shared/data/pydocs_corpus.txt \\": "pretraining",
+    "python -m official_bert.run_classifier --task_name=MRPC --do_train=true "
+    "--do_eval=true \\": "glue",
+    "python -m official_bert.run_classifier \\": "classifier",
+    "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
+    "python -m tests.pydocs_ner --output_dir=/tmp/pydocs_ner "
+    "--max_eval_sentences=600": "ner from the quickstart",
+    "python -m official_bert.run_squad \\": "squad",
+    "python -m tests.squad_task --out_dir=/tmp/pydocs_qa":
+        "squad from the quickstart",
+    "python -m official_bert.convert_checkpoint "
+    "--source=uncased_L-12_H-768_A-12 --output_dir=/tmp/bert_base":
+        "convert_checkpoint",
+    "python -m official_bert.extract_features --input_file=sentences.txt "
+    "--output_file=features.jsonl \\": "extract_features",
+    "python -m export.export_tfhub --bert_config_file=bert_base/bert_config.json"
+    " \\": "export_tfhub",
+    "import tensorflow as tf\nimport tensorflow_text  # registers the "
+    "preprocessor's TF Text ops: import it before loading": "tfhub loading",
+    "python -m export.export_saved_model "
+    "--bert_config_file=bert_base/bert_config.json \\": "export_saved_model",
+    "from export import serving": "serving export in Python",
+    "curl -s -X POST localhost:8501/v1/models/bert:predict \\":
+        "curl (checked against the export)",
+    '{"outputs": {"pooled_output": [[0.1948, -0.1011, -0.2043, ...], '
+    '[0.1964, -0.108, -0.1974, ...]],': "curl's response (checked)",
+    "python -c \"import sys, tensorflow_text; from tensorflow.python.tools."
+    "saved_model_cli import main; sys.exit(main())\" \\": "saved_model_cli",
+}
+
+# (regex, replacement, reason), applied in order to every block run.
+SUBSTITUTIONS = [
+    (r"/tmp/", W + "/out/",
+     "outputs go to pytest's tmp dir, not the machine's /tmp"),
+    (r"/models/bert", W + "/models/bert",
+     "the TF Serving model base path: a tmp dir"),
+    (r"(?<![\w/.])uncased_L-12_H-768_A-12", W + "/uncased_L-12_H-768_A-12",
+     "Google's release folder: a tiny BERT in the original's TF1 names"),
+    (r"/path/to/hf_bert_dir", W + "/hf_bert_dir",
+     "a tiny Hugging Face BertForPreTraining directory, the same weights"),
+    (r"\$BERT_BASE_DIR", W + "/out/bert_base",
+     "the converted checkpoint that convert_checkpoint's block writes"),
+    (r"(?<![\w/.])bert_base(?=[/ \n])", W + "/out/bert_base",
+     "the converted checkpoint that convert_checkpoint's block writes"),
+    (r"\$GLUE_DIR", W + "/glue", "tiny MRPC .tsv files in GLUE's layout"),
+    (r"(?<![\w/.])glue/SST-2", W + "/glue/SST-2",
+     "tiny SST-2 .tsv files (sentence, label columns)"),
+    (r"(?<![\w/.])conll2003", W + "/conll2003", "tiny CoNLL-2003 files"),
+    (r"(?<![\w/.])squad/", W + "/squad/",
+     "../shared/data/squad_v2_sample.json as the train and dev files"),
+    (r"'corpus/\*\.txt'", "'" + W + "/corpus/*.txt'",
+     "a tiny corpus of two files"),
+    (r"--input_file=\.\./shared/data/pydocs_corpus\.txt",
+     "--input_file=" + W + "/corpus/b.txt",
+     "shortened: pretraining data from a tiny corpus file, not 1.09M words"),
+    (r"--output_file=vocab\.txt", "--output_file=" + W + "/out/vocab.txt",
+     "the learned vocabulary goes to the tmp dir"),
+    (r"--vocab_size=30522 ", "--vocab_size=300 ",
+     "shortened: a vocabulary the tiny corpus supports"),
+    (r"--bert_config_file=bert_config\.json",
+     "--bert_config_file=" + W + "/quickstart/bert_config.json",
+     "the tiny config (BERT's vocab size); the quickstart dir below uses it"),
+    (r"(?<![\w/.])runs/quickstart", W + "/quickstart",
+     "the pretraining block's model, vocab and config, laid out as the "
+     "quickstart's work dir"),
+    (r"--num_train_steps=1000 ", "--num_train_steps=4 ",
+     "shortened: 4 pretraining steps"),
+    (r"--steps_per_loop=100", "--steps_per_loop=2 --max_eval_steps=2",
+     "shortened: 2 steps per loop, 2 eval steps"),
+    (r"--max_eval_sentences=600", "--max_eval_sentences=6 "
+     "--max_train_sentences=24", "shortened: 24 train, 6 dev/test sentences"),
+    (r"--out_dir=" + W + r"/out/pydocs_qa", "--out_dir=" + W +
+     "/out/pydocs_qa --max_train=12 --max_dev=6",
+     "shortened: 12 train, 6 dev questions"),
+    (r"--layers=-1,-2,-3,-4", "--layers=-1,-2",
+     "the tiny model has 2 layers (BERT-Base 12)"),
+    (r"(?<![\w/.])sentences\.txt", W + "/sentences.txt",
+     "three input lines, one a pair"),
+    (r"(?<![\w/.])features\.jsonl", W + "/out/features.jsonl",
+     "the output goes to the tmp dir"),
+    (r'tokenization\.FullTokenizer\("vocab\.txt"',
+     'tokenization.FullTokenizer("' + testing.VOCAB + '"',
+     "BERT's uncased vocabulary, so the ids in the comment can be checked"),
+]
+
+# The free variables of each ```python block, defined before it runs.
+PRELUDES = {
+    "model": (
+        "import numpy as np\n"
+        "ids = np.array([[101, 7592, 2088, 102, 0], [101, 2088, 102, 0, 0],"
+        " [101, 102, 0, 0, 0]], np.int32)\n"
+        "mask = (ids > 0).astype(np.int32)\n"
+        "type_ids = np.zeros_like(ids)\n"),
+    "tokenizer": (
+        "import tensorflow as tf\n"
+        "texts = tf.constant(['The quick brown fox.', 'Héllo, world!'])\n"
+        "ids = [101, 7592, 102]\n"
+        "tokens = ['[CLS]', 'hello', '[SEP]']\n"),
+    "tfhub loading": "",
+    "serving export in Python": (
+        "from official_bert.modeling import finetuning_models\n"
+        f"from official_bert import configs\n"
+        f"config = configs.BertConfig.from_json_file("
+        f"'{W}/quickstart/bert_config.json')\n"
+        "model = finetuning_models.BertClassifier.from_bert_config(config, "
+        "num_classes=3)\n"
+        f"export_dir = '{W}/out/classifier_serving'\n"
+        f"vocab_file = '{testing.VOCAB}'\n"),
+}
+
+# Commands of the README that cannot run here, by their start.
+NOT_RUN = {
+    "docker run ": "no Docker daemon and no network for tensorflow/serving",
+    "#   or: tensorflow_model_server ": "(a comment) the model server is not "
+    "installable offline; tests/serving_test.py checks what it relies on",
+    "curl ": "needs a running TF Serving (not installable offline): its "
+             "request body is fed to the exported signature instead",
+}
+
+
+def _readme():
+  with open(README, encoding="utf-8") as f:
+    return f.read()
+
+
+def _key(text):
+  """The block's name in BLOCKS: its first line (first two where the first is
+  shared); an unknown block's first line."""
+  for first in BLOCKS:
+    if text.startswith(first + "\n"):
+      return first
+  return text.split("\n", 1)[0]
+
+
+def _blocks():
+  """[(language, key, text)] of every fenced block of the README."""
+  return [(m.group(1), _key(m.group(2)), m.group(2))
+          for m in re.finditer(r"^```(\w*)\n(.*?)^```", _readme(),
+                               flags=re.S | re.M)]
+
+
+def _block(name):
+  texts = [text for _, first, text in _blocks() if BLOCKS.get(first) == name]
+  assert len(texts) == 1, f"README block {name!r}: found {len(texts)}"
+  return texts[0]
+
+
+def _substitute(text, world):
+  for pattern, replacement, _ in SUBSTITUTIONS:
+    text = re.sub(pattern, replacement, text)
+  return text.replace(W, str(world))
+
+
+def _commands(text):
+  """The block's commands, continuation lines joined, comments kept."""
+  return re.sub(r"\\\n\s*", "", text).splitlines()
+
+
+def _env():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = testing.ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  # `python` in a block is this interpreter.
+  env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+  return env
+
+
+def _child_cpu():
+  import resource  # pylint: disable=g-import-not-at-top
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def _log_cpu(name, start):
+  path = os.environ.get("README_SNIPPETS_CPU_LOG")
+  if path:
+    with open(path, "a") as f:
+      f.write(f"{name}\t{_child_cpu() - start:.1f}\n")
+
+
+def _run_sh(name, world):
+  """Runs block `name` with bash from the repo root; returns its output."""
+  commands = []
+  for command in _commands(_substitute(_block(name), world)):
+    if any(command.startswith(start) for start in NOT_RUN):
+      continue
+    commands.append(command)
+  start = _child_cpu()
+  proc = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(commands)],
+                        cwd=testing.ROOT, env=_env(), stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=900)
+  _log_cpu(name, start)
+  assert proc.returncode == 0, (
+      f"README block {name!r} failed ({proc.returncode}):\n"
+      + "\n".join(commands) + "\n---\n" + proc.stdout[-5000:])
+  return proc.stdout
+
+
+# After each ```python block: lines that print what its test checks.
+CHECKS = {
+    "model": (
+        "print('shapes', tuple(outputs['sequence_output'].shape), "
+        "tuple(outputs['pooled_output'].shape))\n"
+        "print('logits', sorted(model(dict(input_word_ids=ids, input_mask=mask,"
+        " input_type_ids=type_ids, masked_lm_positions=ids[:, :2] * 0 + 1)))"
+        ")\n"),
+    "tokenizer": (
+        "print('ids', tokenizer.tokenize(tf.constant(['H\u00e9llo, world!']))"
+        ".to_list())\n"),
+    "tfhub loading": "print('pooled', outputs['pooled_output'].shape)\n",
+    "serving export in Python": (
+        "import tensorflow as tf, tensorflow_text\n"
+        f"loaded = tf.saved_model.load('{W}/out/classifier_serving/1')\n"
+        "result = loaded.signatures['serving_default'](text=tf.constant(['Hi.'"
+        "]))\n"
+        "print('probabilities', result['probabilities'].shape)\n"),
+}
+
+_RUNNER = """
+import sys, traceback
+for name, source in BLOCKS:
+  print(f"=== {name}", flush=True)
+  try:
+    exec(compile(source, name, "exec"), {"__name__": "__main__"})
+    print("=== ok", flush=True)
+  except BaseException:
+    traceback.print_exc(file=sys.stdout)
+    print("=== failed", flush=True)
+"""
+
+
+def _run_python_blocks(world):
+  """Runs every ```python block (prelude, block, its CHECKS) in one fresh
+  interpreter (one TensorFlow start-up), each in its own namespace;
+  returns {name: (ok, output)}."""
+  blocks = [(name, _substitute(PRELUDES[name] + _block(name) + "\n" +
+                               CHECKS[name], world)) for name in PRELUDES]
+  start = _child_cpu()
+  proc = subprocess.run(
+      [sys.executable, "-c", f"BLOCKS = {blocks!r}\n" + _RUNNER],
+      cwd=testing.ROOT, env=_env(), stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, timeout=900)
+  _log_cpu("python blocks", start)
+  results = {}
+  for part in proc.stdout.split("=== ")[1:]:
+    name, _, rest = part.partition("\n")
+    if name in PRELUDES:
+      results[name] = [False, rest]
+    elif name == "ok\n" or name == "ok":
+      results[list(results)[-1]][0] = True
+  for name, source in blocks:
+    if name not in results:
+      results[name] = [False, f"not run:\n{proc.stdout[-3000:]}"]
+    results[name].append(source)
+  return results
+
+
+def _python_block(results, name):
+  ok, out, source = results[name]
+  assert ok, f"README block {name!r} failed:\n{source}\n---\n{out[-5000:]}"
+  return out
+
+
+# ---- fixtures: tiny real files where the README has placeholders ----
+
+SENTENCES = [
+    ["The quick brown fox jumps over the lazy dog.",
+     "The dog sleeps in the sun all day.",
+     "A fox is a small animal with a long tail."],
+    ["Python is a programming language.",
+     "It reads files and writes them back.",
+     "The open function returns a file object.",
+     "Close the file when you are done."],
+    ["Paris is the capital of France.",
+     "The river Seine runs through the city.",
+     "Many people visit the city every year."],
+]
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def _tiny_config():
+  return testing.tiny_config(vocab_size=30522, max_position_embeddings=512)
+
+
+def _shared_root(tmp_path_factory):
+  """A directory of this pytest session that every xdist worker sees."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # .../pytest-N/popen-gwK -> .../pytest-N
+  root = root / "readme_snippets"
+  os.makedirs(root, exist_ok=True)
+  return root
+
+
+def _once(root, name, build):
+  """build() once per test session, whichever xdist worker asks first (the
+  other waits for it); returns build()'s JSON value, or fails as it did."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  with open(root / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    done = root / f"{name}.done.json"
+    if done.exists():
+      with open(done, encoding="utf-8") as f:
+        record = json.load(f)
+    else:
+      try:
+        record = {"value": build()}
+      except BaseException as e:
+        record = {"error": f"{type(e).__name__}: {e}"}
+        with open(done, "w", encoding="utf-8") as f:
+          json.dump(record, f)
+        raise
+      with open(done, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+  if "error" in record:
+    pytest.fail(f"{name}, built by another test worker, failed: "
+                f"{record['error'][-4000:]}")
+  return record["value"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  testing.require_shared_data()
+  root = _shared_root(tmp_path_factory)
+  _once(root, "world", lambda: _build_world(root / "w"))
+  return root / "w"
+
+
+def _build_world(w):
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
+  os.makedirs(w)
+  config = _tiny_config()
+  # The same weights as a Hugging Face directory and a TF1 release folder.
+  torch.manual_seed(0)
+  hf = transformers.BertForPreTraining(
+      transformers.BertConfig(**config.to_dict())).eval()
+  hf.save_pretrained(str(w / "hf_bert_dir"))
+  state = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+  arrays, _ = checkpoint_names.from_hf_state_dict(state)
+  testing.write_tf1_checkpoint(str(w / "uncased_L-12_H-768_A-12"), arrays,
+                               config)
+  for folder in ("hf_bert_dir", "uncased_L-12_H-768_A-12"):
+    shutil.copy(testing.VOCAB, w / folder / "vocab.txt")
+  # The quickstart's work dir: the pretraining block trains into out/.
+  os.makedirs(w / "out")
+  os.makedirs(w / "quickstart")
+  config.to_json_file(str(w / "quickstart" / "bert_config.json"))
+  shutil.copy(testing.VOCAB, w / "quickstart" / "vocab.txt")
+  os.symlink(w / "out" / "pretraining", w / "quickstart" / "pretraining")
+  # Two corpus files: one sentence per line, a blank line between documents.
+  for name, docs in (("a.txt", SENTENCES[:2]), ("b.txt", SENTENCES)):
+    _write(w / "corpus" / name,
+           "\n\n".join("\n".join(doc) for doc in docs * 3) + "\n")
+  # MRPC as the GLUE download has it (quality, ids, both strings).
+  pairs = [("1", "The fox jumps over the dog.", "A fox jumps over a dog."),
+           ("0", "Paris is in France.", "The dog sleeps all day."),
+           ("1", "Python reads files.", "Files are read by Python."),
+           ("0", "The river runs.", "Close the file when done."),
+           ("1", "Many people visit Paris.", "Paris has many visitors.")]
+  header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+  rows = "".join(f"{q}\t{i}\t{i + 100}\t{a}\t{b}\n"
+                 for i, (q, a, b) in enumerate(pairs))
+  _write(w / "glue" / "MRPC" / "train.tsv", header + rows)
+  _write(w / "glue" / "MRPC" / "dev.tsv", header + rows)
+  _write(w / "glue" / "MRPC" / "test.tsv",
+         "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n" +
+         "".join(f"{i}\t{i}\t{i + 100}\t{a}\t{b}\n"
+                 for i, (_, a, b) in enumerate(pairs)))
+  sst = "sentence\tlabel\n" + "".join(
+      f"{s}\t{i % 2}\n" for i, s in enumerate(sum(SENTENCES, [])))
+  for split in ("train", "dev", "test"):
+    _write(w / "glue" / "SST-2" / f"{split}.tsv", sst)
+  conll = ("-DOCSTART- -X- -X- O\n\n"
+           "EU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\n"
+           "call NN I-NP O\n\nPeter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n"
+           "\nParis NNP B-NP B-LOC\nis VBZ B-VP O\nin IN B-PP O\n"
+           "France NNP B-NP B-LOC\n. . O O\n")
+  for split in ("train", "dev", "test"):
+    _write(w / "conll2003" / f"{split}.txt", conll)
+  for split in ("train", "dev"):
+    os.makedirs(w / "squad", exist_ok=True)
+    shutil.copy(os.path.join(testing.SHARED_DATA, "squad_v2_sample.json"),
+                w / "squad" / f"{split}-v2.0.json")
+  _write(w / "sentences.txt", "The quick brown fox.\nHello world!\n"
+         "Paris is the capital of France. ||| It is in Europe.\n")
+
+
+@pytest.fixture(scope="module")
+def bert_base(world):
+  """Both convert_checkpoint commands; the second (Hugging Face) writes the
+  /tmp/bert_base the other blocks read as bert_base/ and $BERT_BASE_DIR."""
+  def build():
+    out = _run_sh("convert_checkpoint", world)
+    assert out.count("converted ") == 2, out
+  _once(world.parent, "bert_base", build)
+  return world / "out" / "bert_base"
+
+
+@pytest.fixture(scope="module")
+def pretrained(world):
+  _once(world.parent, "pretrained", lambda: _run_sh("pretraining", world))
+  return world / "out" / "pretraining"
+
+
+@pytest.fixture(scope="module")
+def serving_export(world, bert_base):
+  del bert_base
+  _once(world.parent, "serving_export",
+        lambda: _run_sh("export_saved_model", world))
+  return world / "models" / "bert" / "1"
+
+
+@pytest.fixture(scope="module")
+def python_blocks(world, hub_export, pretrained):
+  """Every ```python block, run once (the TF-Hub one loads hub_export; the
+  serving one builds a classifier from the pretraining block's config)."""
+  del hub_export, pretrained
+  return _once(world.parent, "python_blocks",
+               lambda: _run_python_blocks(world))
+
+
+@pytest.fixture(scope="module")
+def hub_export(world, bert_base):
+  del bert_base
+  _once(world.parent, "hub_export", lambda: _run_sh("export_tfhub", world))
+  return world / "out" / "bert_hub"
+
+
+def _read_results(path):
+  """eval_results.txt: `key = value` lines."""
+  with open(path, encoding="utf-8") as f:
+    return dict(line.strip().split(" = ") for line in f if " = " in line)
+
+
+# ---- the README's blocks ----
+
+def test_every_readme_block_is_known():
+  firsts = [first for _, first, _ in _blocks()]
+  unknown = [first for first in firsts if first not in BLOCKS]
+  assert not unknown, (
+      f"README blocks this test does not run or check: {unknown}; add each "
+      "to BLOCKS and run it")
+  missing = [first for first in BLOCKS if first not in firsts]
+  assert not missing, f"README blocks that disappeared: {missing}"
+  assert len(firsts) == len(set(firsts)), "two README blocks share a first line"
+
+
+def test_every_substitution_is_used():
+  text = "\n".join(text for _, _, text in _blocks())
+  for name in PRELUDES:
+    text += PRELUDES[name]
+  for pattern, replacement, _ in SUBSTITUTIONS:
+    assert re.search(pattern, text), f"substitution {pattern!r} matches nothing"
+    text = re.sub(pattern, replacement, text)
+
+
+def test_what_is_not_run_is_only_what_cannot_run_here():
+  skipped = [command for _, _, text in _blocks() for command in _commands(text)
+             if any(command.startswith(start) for start in NOT_RUN)]
+  assert len(skipped) == len(NOT_RUN), skipped
+  assert all(command.startswith(("docker run ", "curl ", "#")) and
+             ("tensorflow/serving" in command or "8501" in command)
+             for command in skipped), skipped
+
+
+def test_the_two_commands_are_what_ci_and_the_quickstart_test_run():
+  quickstart = _block("quickstart (checked)").strip()
+  tests = _block("test command (checked)").strip()
+  with open(os.path.join(testing.ROOT, ".ci", "run"), encoding="utf-8") as f:
+    ci = f.read().splitlines()
+  assert tests in ci, f".ci/run does not run the README's {tests!r}"
+  # The quickstart line is CI's venv set-up with requirements.txt (which
+  # requirements-test.txt includes), then the program quickstart_test runs.
+  venv, program = quickstart.rsplit(" && ", 1)
+  assert venv.replace("requirements.txt", "requirements-test.txt") + (
+      " && .venv/bin/python -m pytest -q") == tests
+  with open(os.path.join(testing.ROOT, "requirements-test.txt")) as f:
+    assert "-r requirements.txt" in f.read().splitlines()
+  assert program == ".venv/bin/python -m official_bert.quickstart"
+  with open(os.path.join(testing.ROOT, "tests", "quickstart_test.py")) as f:
+    assert '[sys.executable, "-m", "official_bert.quickstart",' in f.read()
+
+
+def test_the_quickstart_output_shown_is_what_the_demo_prints():
+  from official_bert import quickstart  # pylint: disable=g-import-not-at-top
+  lines = _block("quickstart demo output (checked)").splitlines()
+  assert len(lines) == 4, lines
+  # Printed as quickstart._demo prints: a fill-mask sentence and its top 5,
+  # then similarity lines of its PAIRS.
+  assert lines[0] == f"  {quickstart.FILL_MASK[0]}"
+  assert re.fullmatch(r"    -> \S+(, \S+){4}", lines[1]), lines[1]
+  for line in lines[2:]:
+    match = re.fullmatch(r"  [+-]\d\.\d{3}  ('.*') ~ ('.*')", line)
+    assert match, line
+    assert (eval(match.group(1)), eval(match.group(2))) in quickstart.PAIRS  # pylint: disable=eval-used
+  # Its figures are one run's, and the README says so right before it.
+  text = _readme()
+  before = text[:text.index(lines[0])]
+  assert "**An example run** (figures from one run, not checked by a test" in (
+      before[before.rindex("## Quickstart"):])
+
+
+@pytest.mark.slow
+def test_model_block(python_blocks):
+  out = _python_block(python_blocks, "model")
+  assert "shapes (3, 5, 32) (3, 32)" in out, out
+  assert "'mlm_logits'" in out and "'next_sentence_logits'" in out, out
+
+
+@pytest.mark.slow
+def test_tokenizer_block_gives_the_ids_it_shows(python_blocks):
+  block = _block("tokenizer")
+  shown = re.search(r'tokenizer\.tokenize\(tf\.constant\(\["Héllo, world!"\]\)\)'
+                    r" +# int64 \[B, \(wordpieces\)\]: (\[\[[\d, ]+\]\])", block)
+  assert shown, "the tokenize line or its ids comment changed"
+  out = _python_block(python_blocks, "tokenizer")
+  assert f"ids {shown.group(1)}" in out, out
+
+
+@pytest.mark.slow
+def test_learn_vocab_block(world):
+  _run_sh("learn_vocab", world)
+  with open(world / "out" / "vocab.txt", encoding="utf-8") as f:
+    vocab = f.read().splitlines()
+  assert vocab[:2] == ["[PAD]", "[unused0]"] and vocab[100:104] == [
+      "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert "fox" in vocab
+
+
+@pytest.mark.slow
+def test_create_pretraining_data_block(world):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  _run_sh("create_pretraining_data", world)
+  records = list(tf.data.TFRecordDataset(
+      str(world / "out" / "pretrain.tfrecord")).as_numpy_iterator())
+  assert records
+  example = tf.io.parse_single_example(
+      records[0], testing.original_feature_spec(128, 20))
+  assert example["input_ids"].numpy()[0] == 101  # [CLS]
+
+
+@pytest.mark.slow
+def test_pretraining_block(world, pretrained):
+  del pretrained
+  results = _read_results(world / "out" / "pretraining" / "eval_results.txt")
+  assert results["global_step"] == "4"
+  assert {"masked_lm_accuracy", "next_sentence_accuracy"} <= set(results)
+
+
+@pytest.mark.slow
+def test_glue_block(world, bert_base):
+  del bert_base
+  _run_sh("glue", world)
+  results = _read_results(world / "out" / "mrpc_output" / "eval_results.txt")
+  assert {"eval_accuracy", "eval_f1", "eval_loss", "global_step"} <= set(results)
+
+
+@pytest.mark.slow
+def test_classifier_block(world, bert_base):
+  del bert_base
+  _run_sh("classifier", world)
+  assert os.path.exists(world / "out" / "sst2" / "test_results.tsv")
+  assert os.listdir(world / "out" / "sst2_serving") == ["1"]
+
+
+@pytest.mark.slow
+def test_ner_block(world, bert_base):
+  del bert_base
+  _run_sh("ner", world)
+  results = _read_results(world / "out" / "ner" / "eval_results.txt")
+  assert "eval_f1" in results
+  assert os.listdir(world / "out" / "ner_serving")
+
+
+@pytest.mark.slow
+def test_ner_from_the_quickstart_model_block(world, pretrained):
+  del pretrained
+  _run_sh("ner from the quickstart", world)
+  results = _read_results(
+      world / "out" / "pydocs_ner_out" / "eval_results.txt")
+  assert "eval_f1_FUNC" in results or "eval_f1" in results
+
+
+@pytest.mark.slow
+def test_squad_block(world, bert_base):
+  del bert_base
+  out = _run_sh("squad", world)
+  assert '"exact"' in out and '"HasAns_total": 8' in out, out[-2000:]
+  assert os.listdir(world / "out" / "squad2_serving")
+
+
+@pytest.mark.slow
+def test_squad_from_the_quickstart_model_block(world, pretrained):
+  del pretrained
+  _run_sh("squad from the quickstart", world)
+  assert os.path.exists(world / "out" / "pydocs_qa_out" / "predictions.json")
+
+
+@pytest.mark.slow
+def test_convert_checkpoint_block(bert_base):
+  assert {"bert_config.json", "vocab.txt", "checkpoint",
+          "bert_model.ckpt.index"} <= set(os.listdir(bert_base))
+
+
+@pytest.mark.slow
+def test_extract_features_block(world, bert_base):
+  del bert_base
+  _run_sh("extract_features", world)
+  with open(world / "out" / "features.jsonl", encoding="utf-8") as f:
+    lines = [json.loads(line) for line in f]
+  assert [line["linex_index"] for line in lines] == [0, 1, 2]
+  assert [layer["index"] for layer in lines[0]["features"][0]["layers"]] == [
+      -1, -2]  # --layers, substituted for the 2-layer model
+
+
+@pytest.mark.slow
+def test_tfhub_loading_block(hub_export, python_blocks):
+  assert sorted(os.listdir(hub_export)) == ["encoder", "preprocessor"]
+  out = _python_block(python_blocks, "tfhub loading")
+  assert "pooled (None, 32)" in out, out
+
+
+@pytest.mark.slow
+def test_export_saved_model_block(serving_export):
+  assert os.path.exists(serving_export / "saved_model.pb")
+
+
+@pytest.mark.slow
+def test_serving_export_in_python_block(python_blocks):
+  out = _python_block(python_blocks, "serving export in Python")
+  assert "probabilities (1, 3)" in out, out
+
+
+@pytest.mark.slow
+def test_curl_request_and_response_match_the_export(serving_export):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  path = serving_export
+  command = _commands(_block("curl (checked against the export)"))[0]
+  assert command.startswith("curl ") and ":predict" in command
+  body = json.loads(re.search(r"-d '(.*)'$", command).group(1))
+  signature = tf.saved_model.load(str(path)).signatures[body["signature_name"]]
+  inputs = {k: tf.constant(v) for k, v in body["inputs"].items()}
+  outputs = signature(**inputs)
+  response = _block("curl's response (checked)")
+  shown = set(re.findall(r'"(\w+)": \[', response))
+  assert shown == set(outputs), (shown, set(outputs))
+  # The mask shown is the one this request gets.
+  mask = re.search(r'"input_mask": (\[\[.*?\]\])', response).group(1)
+  assert outputs["input_mask"].numpy().tolist() == json.loads(mask)
+
+
+@pytest.mark.slow
+def test_saved_model_cli_block(world, serving_export):
+  del serving_export
+  out = _run_sh("saved_model_cli", world)
+  assert "Result for output key pooled_output" in out, out[-2000:]
+
+
+def test_quickstart_figures_that_follow_from_the_code():
+  """The quickstart figures of the README that do not depend on one run
+  (the example run's rates, counts and accuracies are marked as such)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert import quickstart  # pylint: disable=g-import-not-at-top,unused-import
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+  text = _readme()
+  defaults = {name: flags.FLAGS[name].default
+              for name in ("num_train_steps", "model", "max_seq_length")}
+  run = re.search(r"pretraining ([\d,]+) steps of a (\d+)-layer H(\d+) BERT "
+                  r"\(([\d,]+) parameters\).*?vocab: ([\d,]+) tokens", text,
+                  flags=re.S)
+  steps, layers, hidden, params, vocab = (
+      int(g.replace(",", "")) for g in run.groups())
+  assert steps == defaults["num_train_steps"]
+  assert f"L{layers}_H{hidden}_A" in defaults["model"]
+  assert f"(`{defaults['model']}`)" in text
+  heads = int(defaults["model"].rsplit("_A", 1)[1])
+  # The parameter count of that model with the run's vocabulary.
+  config = configs.BertConfig(
+      vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+      num_attention_heads=heads, intermediate_size=4 * hidden,
+      max_position_embeddings=max(512, defaults["max_seq_length"]))
+  with open(os.path.join(testing.ROOT, "official_bert", "quickstart.py")) as f:
+    source = f.read()
+  assert "intermediate_size=4 * hidden" in source
+  assert "max_position_embeddings=max(512, FLAGS.max_seq_length)" in source
+  model = pretrainer.BertPretrainer.from_bert_config(config)
+  model(testing.random_inputs(vocab=vocab) | {
+      "masked_lm_positions": testing.random_inputs()["input_mask"]})
+  assert model.count_params() == params
+  # "saved every 10% of the run"
+  assert "saved\nevery 10% of the run" in text or (
+      "saved every 10% of the run" in text.replace("\n", " "))
+  assert "every = -(-steps // 10)" in source
+  # "runs a shortened variant (60 documents, 30 steps)"
+  short = re.search(r"shortened variant \((\d+) documents, (\d+) steps\)",
+                    text.replace("\n", " "))
+  with open(os.path.join(testing.ROOT, "tests", "quickstart_test.py")) as f:
+    quickstart_short = re.search(r"^SHORT = \[(.*?)\]", f.read(),
+                                 flags=re.S | re.M).group(1)
+  assert f'"--max_documents={short.group(1)}"' in quickstart_short
+  assert f'"--num_train_steps={short.group(2)}"' in quickstart_short
