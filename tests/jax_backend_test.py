@@ -6,9 +6,12 @@ One child process with KERAS_BACKEND=jax (this file run as a program; one
 process for every case, as JAX's import is not free) loads those weights into
 the same model built with kernels="fast" and with kernels="keras", and writes
 its outputs, the gradient of the pretraining loss (jax.grad, inference mode),
-and what one jit-compiled SGD step with dropout did to every weight. The
+and what one jit-compiled SGD step with dropout did to every weight, and the
+encoder's padding-removed path (`remove_padding=True`, serving's; run
+eagerly: its token count is data-dependent, which jax.jit cannot trace). The
 parent compares: the outputs within 1e-5, the gradients within 1e-5 of the
-largest, every weight changed by the step.
+largest, every weight changed by the step, the packed path's
+sequence_output equal to the padded one at the tokens and zero elsewhere.
 """
 
 import json
@@ -103,6 +106,14 @@ def test_encoder_and_pretrainer_on_jax_match_tensorflow(tmp_path):
     assert not unchanged, (kernels, unchanged)
     assert len(summary[kernels]["changed"]) == len(names) == 46
     assert np.isfinite(summary[kernels]["train_loss"])
+    mask = encoder_inputs["input_mask"][..., None].astype(bool)
+    assert not mask.all()  # rows of different lengths: there is padding
+    np.testing.assert_allclose(
+        got[f"{kernels}/packed_sequence_output"],
+        np.where(mask, want["sequence_output"], 0.0), rtol=1e-5, atol=1e-5,
+        err_msg=f"{kernels} remove_padding")
+    np.testing.assert_allclose(got[f"{kernels}/packed_pooled_output"],
+                               want["pooled_output"], rtol=1e-5, atol=1e-5)
 
 
 def _child(workdir):
@@ -161,6 +172,10 @@ def _child(workdir):
         encoded["sequence_output"])
     results[f"{kernels}/pooled_output"] = np.asarray(encoded["pooled_output"])
     results[f"{kernels}/loss"] = np.asarray(loss)
+    packed, _ = encoder.stateless_call(*encoder_variables, encoder_inputs,
+                                       remove_padding=True)
+    for key in ("sequence_output", "pooled_output"):
+      results[f"{kernels}/packed_{key}"] = np.asarray(packed[key])
     for i, grad in enumerate(grads):
       results[f"{kernels}/grad_{i}"] = np.asarray(grad)
     updated, train_loss = train_step(trainable, non_trainable)
