@@ -192,3 +192,42 @@ def test_vocab_and_extract_features_inputs(tmp_path):
   with pytest.raises(ValueError, match=f"--input_file {latin} line 2 is not "
                      "UTF-8 text"):
     extract_features.read_input(str(latin))
+
+
+def test_extract_features_config_that_does_not_fit_is_the_last_line(
+    files, tmp_path):
+  """Bugs caught: TensorFlow's restore warnings printed after the error (or
+  the error without the "extract_features: error:" prefix), and a config
+  with fewer layers than the checkpoint restoring silently (the deeper
+  layers unread: the vectors of a truncated model, exit 0)."""
+  testing.tiny_config(hidden_size=48).to_json_file(str(tmp_path / "h48.json"))
+  testing.tiny_config(num_hidden_layers=1).to_json_file(
+      str(tmp_path / "l1.json"))
+  checkpoint = os.path.join(testing.TESTDATA, "main_ckpt")  # 2 layers, H=32
+  env = dict(os.environ, PYTHONPATH=testing.ROOT)
+  env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the warnings a user sees
+  procs = {}
+  for name in ("h48", "l1"):  # both at once: each imports TensorFlow
+    procs[name] = subprocess.Popen(
+        [sys.executable, "-m", "official_bert.extract_features",
+         f"--input_file={files}/text.txt",
+         f"--output_file={tmp_path}/{name}/f.jsonl",
+         f"--bert_config_file={tmp_path}/{name}.json",
+         f"--vocab_file={testing.TESTDATA}/export_vocab.txt",
+         f"--init_checkpoint={checkpoint}", "--layers=-1",
+         "--max_seq_length=7"], cwd=testing.ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  expected = {
+      "h48": "does not match the encoder's config (check bert_config_file)",
+      "l1": f"has 2 encoder layers but --bert_config_file={tmp_path}/l1.json "
+            "says num_hidden_layers=1; pass the bert_config.json",
+  }
+  for name, proc in procs.items():
+    output, _ = proc.communicate(timeout=300)
+    lines = [l for l in output.splitlines() if l.strip()]
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert lines[-1].startswith("extract_features: error: checkpoint "), (
+        output[-3000:])
+    assert expected[name] in lines[-1], lines[-1]
+    assert not (tmp_path / name).exists()
