@@ -116,6 +116,9 @@ def main(argv):
                       "a bert_config.json")
   cli.check_input_file("vocab_file", FLAGS.vocab_file)
   cli.check_output_file("output_file", FLAGS.output_file)
+  # A prefix or a directory: only a directory that hides it is checked here.
+  if cli.blocked_by(FLAGS.init_checkpoint):
+    raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   try:
     examples = read_input(FLAGS.input_file)
   except ValueError as e:

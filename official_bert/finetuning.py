@@ -122,6 +122,8 @@ def check_flags(data_paths=None):
   for name, kind in kinds.items():
     check_path(f"--{name}", getattr(FLAGS, name), kind)
   check_output_dir("--output_dir", FLAGS.output_dir)
+  if FLAGS.init_checkpoint and cli.blocked_by(FLAGS.init_checkpoint):
+    raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
     raise app.UsageError(f"--export_dir {FLAGS.export_dir} is a file; pass "
                          "a directory (the model's base path).")
@@ -143,6 +145,10 @@ def check_flags(data_paths=None):
 def check_path(flag, path, kind):
   """`path` exists, is a `kind` ("file" or "dir") and is readable."""
   if not os.path.exists(path):
+    if cli.blocked_by(path):
+      raise app.UsageError(f"{flag} {path} cannot be reached: "
+                           f"{cli.blocked_by(path)} is not readable; fix its "
+                           "permissions.")
     raise app.UsageError(f"{flag} {path} does not exist.")
   if kind == "dir" and not os.path.isdir(path):
     raise app.UsageError(f"{flag} {path} is a file; pass the directory that "

@@ -115,6 +115,10 @@ def _check_flags():
       raise app.UsageError(
           f"--input_file={pattern.strip()} is a directory; pass TFRecord "
           f"files or a glob such as {os.path.join(pattern.strip(), '*')}.")
+    if cli.blocked_by(pattern.strip()):
+      raise cli.missing("input_file", pattern.strip())
+  if FLAGS.init_checkpoint and cli.blocked_by(FLAGS.init_checkpoint):
+    raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
                "save_checkpoints_steps", "steps_per_loop",
                "gradient_accumulation_steps", "max_seq_length",

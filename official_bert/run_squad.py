@@ -110,6 +110,11 @@ def _check_flags():
   for name in ("bert_config_file", "vocab_file", "output_dir"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
+  cli.check_output_dir("output_dir", FLAGS.output_dir, create=False)
+  for name in ("bert_config_file", "vocab_file", "train_file",
+               "predict_file", "init_checkpoint"):
+    if getattr(FLAGS, name) and cli.blocked_by(getattr(FLAGS, name)):
+      raise cli.missing(name, getattr(FLAGS, name))
   for name in ("bert_config_file", "vocab_file"):
     if not os.path.exists(getattr(FLAGS, name)):
       raise app.UsageError(f"--{name} {getattr(FLAGS, name)} does not exist.")
