@@ -118,6 +118,8 @@ def _check_flags():
   for name in ("bert_config_file", "vocab_file"):
     if not os.path.exists(getattr(FLAGS, name)):
       raise app.UsageError(f"--{name} {getattr(FLAGS, name)} does not exist.")
+  cli.check_text_file("bert_config_file", FLAGS.bert_config_file,
+                      "a bert_config.json")
   for name in ("train_batch_size", "predict_batch_size", "doc_stride",
                "save_checkpoints_steps", "steps_per_loop", "max_seq_length",
                "max_query_length", "n_best_size", "max_answer_length",
@@ -212,7 +214,6 @@ def main(argv):
   train_examples = _read(FLAGS.train_file, True) if FLAGS.do_train else []
   predict_examples = (_read(FLAGS.predict_file, False) if FLAGS.do_predict
                       else [])
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
 
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -244,6 +245,8 @@ def main(argv):
         f"--max_seq_length={FLAGS.max_seq_length} exceeds max_position_"
         f"embeddings={config.max_position_embeddings} of "
         f"{FLAGS.bert_config_file}; lower --max_seq_length.")
+  # Made once the model's files are known good: bad input leaves nothing.
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
 
   def features(examples, is_training):
     return squad.convert_examples_to_features(

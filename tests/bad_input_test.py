@@ -48,6 +48,11 @@ def files(tmp_path_factory):
   (root / "binary").write_bytes(BINARY)
   (root / "text.txt").write_text("One sentence.\nAnother one.\n\nA new doc.\n")
   testing.tiny_config().to_json_file(str(root / "bert_config.json"))
+  (root / "truncated.json").write_text('{"vocab_size": 99, "hidden_size": ')
+  (root / "squad.json").write_text(
+      '{"version": "v1.1", "data": [{"title": "t", "paragraphs": [{"context": '
+      '"the fox jumps", "qas": [{"id": "q1", "question": "who jumps", '
+      '"answers": [{"text": "fox", "answer_start": 4}]}]}]}]}')
   return root
 
 
@@ -101,6 +106,20 @@ def _program_cases(root):
            f"--bert_config_file={root}/bert_config.json",
            f"--vocab_file={vocab}", f"--init_checkpoint={root}"],
           "extract_features", f"--input_file={root}/binary holds NUL bytes"),
+      "run_squad bert_config is binary": (
+          ["-m", "official_bert.run_squad", "--do_predict",
+           f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
+           f"--bert_config_file={root}/binary", f"--vocab_file={vocab}"],
+          "run_squad", f"--bert_config_file={root}/binary holds NUL bytes"),
+      # Read after TensorFlow starts: the output directory must not be made
+      # before it (it was, empty).
+      "run_squad bert_config is truncated": (
+          ["-m", "official_bert.run_squad", "--do_predict",
+           f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
+           f"--bert_config_file={root}/truncated.json",
+           f"--vocab_file={vocab}"],
+          "run_squad", f"bert_config_file {root}/truncated.json is not "
+          "valid JSON"),
       "extract_features output is a directory": (
           ["-m", "official_bert.extract_features",
            f"--input_file={root}/text.txt", f"--output_file={root}/a_dir",
