@@ -48,6 +48,10 @@ def files(tmp_path_factory):
   (root / "binary").write_bytes(BINARY)
   (root / "text.txt").write_text("One sentence.\nAnother one.\n\nA new doc.\n")
   testing.tiny_config().to_json_file(str(root / "bert_config.json"))
+  testing.tiny_config(hidden_size=48).to_json_file(str(root / "h48.json"))
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  input_pipeline_test.write_records(
+      root / "d.tfrecord", input_pipeline_test.make_instances(4, seed=1))
   (root / "truncated.json").write_text('{"vocab_size": 99, "hidden_size": ')
   (root / "squad.json").write_text(
       '{"version": "v1.1", "data": [{"title": "t", "paragraphs": [{"context": '
@@ -120,6 +124,18 @@ def _program_cases(root):
            f"--vocab_file={vocab}"],
           "run_squad", f"bert_config_file {root}/truncated.json is not "
           "valid JSON"),
+      # The checkpoint is read after TensorFlow starts: flags.json and
+      # bert_config.json must not be written into --output_dir before it.
+      "run_pretraining init_checkpoint of another size": (
+          ["-m", "official_bert.run_pretraining", "--do_train",
+           f"--input_file={root}/d.tfrecord", f"--output_dir={out}/p",
+           f"--bert_config_file={root}/h48.json",
+           f"--init_checkpoint={testing.TESTDATA}/main_ckpt",
+           f"--max_seq_length={testing.SEQ}", "--max_predictions_per_seq=3",
+           "--train_batch_size=2", "--num_train_steps=1",
+           "--num_warmup_steps=0"],
+          "run_pretraining", "--init_checkpoint: checkpoint "
+          f"{testing.TESTDATA}/main_ckpt/ckpt-1 does not match the model"),
       "extract_features output is a directory": (
           ["-m", "official_bert.extract_features",
            f"--input_file={root}/text.txt", f"--output_file={root}/a_dir",
