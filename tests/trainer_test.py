@@ -68,6 +68,13 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
                               gradient_accumulation_steps=accumulation),
           metric_fn=pretrainer.pretraining_metric_counts, log=lambda _: None)
       result = t.train(dataset_fn)
+      # A SIGTERM that reached this process (a shared machine's broad kill)
+      # stops train() before its step (preemption.py): then nothing moved
+      # and the moments are 0, "off by exactly 1.0" below. Say so instead.
+      assert not result.preempted and result.step == 1, (
+          f"{name}: train() stopped at step {result.step} (preempted: "
+          f"{result.preempted}); was this process sent a SIGTERM?")
+      assert int(optimizer.iterations.numpy()) == 1, name
       after = [v.numpy() for v in model.weights]
       # Adam's first step is ~lr*sign(g): the moments show the gradient scale.
       slots = [v.numpy() for v in optimizer.variables if v.shape.rank]
