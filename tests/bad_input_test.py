@@ -52,6 +52,11 @@ def files(tmp_path_factory):
   from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
   input_pipeline_test.write_records(
       root / "d.tfrecord", input_pipeline_test.make_instances(4, seed=1))
+  (root / "cls").mkdir()
+  for split in ("train", "dev", "test"):
+    (root / "cls" / f"{split}.tsv").write_text(
+        "sentence\tlabel\n" + "".join(f"the fox {i}\t{i % 2}\n"
+                                      for i in range(4)))
   (root / "truncated.json").write_text('{"vocab_size": 99, "hidden_size": ')
   (root / "squad.json").write_text(
       '{"version": "v1.1", "data": [{"title": "t", "paragraphs": [{"context": '
@@ -136,6 +141,17 @@ def _program_cases(root):
            "--num_warmup_steps=0"],
           "run_pretraining", "--init_checkpoint: checkpoint "
           f"{testing.TESTDATA}/main_ckpt/ckpt-1 does not match the model"),
+      # Fine-tuning writes flags.json, bert_config.json, label_list.json
+      # before the checkpoint is read: they are removed again.
+      "run_classifier init_checkpoint of another size": (
+          ["-m", "official_bert.run_classifier", "--do_train",
+           f"--task_data_dir={root}/cls", f"--output_dir={out}/c",
+           f"--bert_config_file={root}/h48.json", f"--vocab_file={vocab}",
+           f"--init_checkpoint={testing.TESTDATA}/main_ckpt",
+           f"--max_seq_length={testing.SEQ}", "--train_batch_size=2"],
+          "run_classifier", "--init_checkpoint: checkpoint "
+          f"{testing.TESTDATA}/main_ckpt/ckpt-1 does not match the encoder's "
+          "config"),
       "extract_features output is a directory": (
           ["-m", "official_bert.extract_features",
            f"--input_file={root}/text.txt", f"--output_file={root}/a_dir",
