@@ -228,6 +228,17 @@ def test_learn_vocab_reader_rejects_binary(tmp_path):
   assert learn_vocab._read_lines([str(mostly)]) == ["fine", "fine too", "caf"]
 
 
+def test_binary_bert_config_names_the_file(tmp_path):
+  """Bug caught: a bare "'utf-8' codec can't decode byte 0x80" as the last
+  line of convert_checkpoint and both exporters (no file named)."""
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  binary = tmp_path / "bert_config.json"
+  binary.write_bytes(BINARY)
+  with pytest.raises(ValueError, match=f"bert_config_file {binary} is not "
+                     r"UTF-8 text \(byte \d+\); pass the bert_config.json"):
+    configs.BertConfig.from_json_file(str(binary))
+
+
 def test_vocab_and_extract_features_inputs(tmp_path):
   from official_bert import extract_features  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
