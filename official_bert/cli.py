@@ -84,6 +84,29 @@ def _remote(path):
   return "://" in str(path)
 
 
+def blocked_by(path):
+  """The directory above `path` that cannot be searched (so `path` looks
+  missing although it may exist), or None."""
+  if not path or _remote(path):
+    return None
+  parent = os.path.dirname(os.path.abspath(path))
+  while parent and not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if parent and os.path.isdir(parent) and not os.access(parent, os.X_OK):
+    return parent
+  return None
+
+
+def missing(flag, path):
+  """The Error for a --flag path that is not there: "does not exist", or
+  the unreadable directory that hides it."""
+  blocked = blocked_by(path)
+  if blocked:
+    return Error(f"--{flag}={path} cannot be reached: {blocked} is not "
+                 "readable; check its permissions.")
+  return Error(f"--{flag}={path} does not exist; check the path.")
+
+
 def check_input_file(flag, path):
   """An existing, readable regular file for --flag."""
   if not path:
@@ -93,7 +116,7 @@ def check_input_file(flag, path):
   if os.path.isdir(path):
     raise Error(f"--{flag}={path} is a directory; pass a file.")
   if not os.path.exists(path):
-    raise Error(f"--{flag}={path} does not exist; check the path.")
+    raise missing(flag, path)
   if not os.access(path, os.R_OK):
     raise Error(f"--{flag}={path} is not readable; check its permissions.")
   return path
@@ -109,7 +132,7 @@ def check_input_dir(flag, path):
     raise Error(f"--{flag}={path} is a file, not a directory; pass a "
                 "directory.")
   if not os.path.exists(path):
-    raise Error(f"--{flag}={path} does not exist; check the path.")
+    raise missing(flag, path)
   if not os.access(path, os.R_OK | os.X_OK):
     raise Error(f"--{flag}={path} is not readable; check its permissions.")
   return path

@@ -116,6 +116,10 @@ class BertConfig:
                        "bert_config.json of your model") from None
     except json.JSONDecodeError as e:
       raise ValueError(f"bert_config_file {path} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:  # a binary file, or another encoding
+      raise ValueError(f"bert_config_file {path} is not UTF-8 text (byte "
+                       f"{e.start}); pass the bert_config.json of your "
+                       "model") from None
     if not isinstance(values, dict):
       raise ValueError(f"bert_config_file {path} must hold a JSON object")
     missing = [f.name for f in dataclasses.fields(cls)

@@ -231,6 +231,13 @@ def main(argv):
   from absl import logging  # pylint: disable=g-import-not-at-top
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
   start = time.time()
+  # Paths first, before TensorFlow starts (--source may be a prefix).
+  for name in ("bert_config_file", "vocab_file"):
+    if getattr(FLAGS, name):
+      cli.check_input_file(name, getattr(FLAGS, name))
+  if cli.blocked_by(FLAGS.source):
+    raise cli.missing("source", FLAGS.source)
+  cli.check_output_dir("output_dir", FLAGS.output_dir, create=False)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     result = convert(FLAGS.source, FLAGS.output_dir, FLAGS.bert_config_file,

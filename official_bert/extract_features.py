@@ -23,6 +23,7 @@ when complete.
 
 import json
 import os
+import re
 import time
 
 from absl import app
@@ -115,6 +116,9 @@ def main(argv):
                       "a bert_config.json")
   cli.check_input_file("vocab_file", FLAGS.vocab_file)
   cli.check_output_file("output_file", FLAGS.output_file)
+  # A prefix or a directory: only a directory that hides it is checked here.
+  if cli.blocked_by(FLAGS.init_checkpoint):
+    raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   try:
     examples = read_input(FLAGS.input_file)
   except ValueError as e:
@@ -139,6 +143,7 @@ def main(argv):
     encoder = encoder_lib.BertEncoder.from_bert_config(
         config, kernels=kernels_lib.resolve("auto"))  # run by tf.function
     prefix = checkpoints.restore_encoder(encoder, FLAGS.init_checkpoint)
+    _check_depth(prefix, config.num_hidden_layers)
     inputs = encode_mixed(examples, tokenizer, FLAGS.max_seq_length)
   except (ValueError, TypeError, KeyError) as e:
     raise app.UsageError(str(e))
@@ -177,6 +182,21 @@ def main(argv):
   print(f"Wrote {n} examples (layers {layers}, {config.hidden_size} values "
         f"each) from {prefix} to {FLAGS.output_file} in "
         f"{time.time() - start:.1f} s", flush=True)
+
+
+def _check_depth(prefix, num_layers):
+  """A config with fewer layers than the checkpoint restores without error
+  (the deeper layers are just not read) and would write the vectors of a
+  truncated model: refuse it."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  found = {int(m.group(1)) for name, _ in tf.train.list_variables(prefix)
+           if not name.startswith("optimizer")
+           for m in [re.search(r"(?:^|/)layer_(\d+)/", name)] if m}
+  if found and max(found) + 1 != num_layers:
+    raise ValueError(f"checkpoint {prefix} has {max(found) + 1} encoder "
+                     f"layers but --bert_config_file={FLAGS.bert_config_file} "
+                     f"says num_hidden_layers={num_layers}; pass the "
+                     "bert_config.json the checkpoint was trained with")
 
 
 def _rounded(vector):

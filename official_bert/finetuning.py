@@ -130,6 +130,8 @@ def check_flags(data_paths=None, mode_paths=None):
   for name, kind in kinds.items():
     check_path(f"--{name}", getattr(FLAGS, name), kind)
   check_output_dir("--output_dir", FLAGS.output_dir)
+  if FLAGS.init_checkpoint and cli.blocked_by(FLAGS.init_checkpoint):
+    raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
     raise app.UsageError(f"--export_dir {FLAGS.export_dir} is a file; pass "
                          "a directory (the model's base path).")
@@ -151,6 +153,10 @@ def check_flags(data_paths=None, mode_paths=None):
 def check_path(flag, path, kind):
   """`path` exists, is a `kind` ("file" or "dir") and is readable."""
   if not os.path.exists(path):
+    if cli.blocked_by(path):
+      raise app.UsageError(f"{flag} {path} cannot be reached: "
+                           f"{cli.blocked_by(path)} is not readable; fix its "
+                           "permissions.")
     raise app.UsageError(f"{flag} {path} does not exist.")
   if kind == "dir" and not os.path.isdir(path):
     raise app.UsageError(f"{flag} {path} is a file; pass the directory that "
@@ -213,6 +219,13 @@ class Run:
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
+    # What this run adds to --output_dir, removed again when a bad
+    # --init_checkpoint stops it before any training (nothing left behind).
+    self._made_dirs, path = [], os.path.abspath(FLAGS.output_dir)
+    while not os.path.exists(path):
+      self._made_dirs.append(path)  # deepest first
+      path = os.path.dirname(path)
+    self._written = []
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
     from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
@@ -294,6 +307,22 @@ class Run:
     config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
     for name, text in (files or {}).items():
       write(FLAGS.output_dir, name, text)
+    self._written += ["flags.json", "bert_config.json"] + list(files or {})
+
+  def _remove_run_files(self):
+    """Undoes write_run_files (and the --output_dir this run made), unless
+    the directory holds checkpoints (a run to resume keeps its files)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if tf.train.latest_checkpoint(FLAGS.output_dir):
+      return
+    for name in self._written:
+      path = os.path.join(FLAGS.output_dir, name)
+      if os.path.exists(path):
+        os.remove(path)
+    for path in self._made_dirs:
+      if os.listdir(path):
+        break
+      os.rmdir(path)
 
   def restore_or_warm_start(self):
     """Resumes from --output_dir, else loads --init_checkpoint's encoder."""
@@ -312,7 +341,12 @@ class Run:
         raise app.UsageError(f"--init_checkpoint: {e}")
       print(f"Initialised the encoder from {prefix}", flush=True)
 
-    self.step = self.start = self.trainer.restore_or_init(init_fn=warm_start)
+    try:
+      self.step = self.start = self.trainer.restore_or_init(
+          init_fn=warm_start)
+    except app.UsageError:
+      self._remove_run_files()
+      raise
     if not FLAGS.do_train and self.start == 0:
       print("Warning: no fine-tuned checkpoint in --output_dir; the task "
             "head is untrained.", flush=True)

@@ -115,6 +115,10 @@ def _check_flags():
       raise app.UsageError(
           f"--input_file={pattern.strip()} is a directory; pass TFRecord "
           f"files or a glob such as {os.path.join(pattern.strip(), '*')}.")
+    if cli.blocked_by(pattern.strip()):
+      raise cli.missing("input_file", pattern.strip())
+  if FLAGS.init_checkpoint and cli.blocked_by(FLAGS.init_checkpoint):
+    raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
                "save_checkpoints_steps", "steps_per_loop",
                "gradient_accumulation_steps", "max_seq_length",
@@ -270,16 +274,6 @@ def main(argv):
   resuming = tf.train.latest_checkpoint(FLAGS.output_dir)
   if resuming:
     _check_same_config(config, FLAGS.output_dir)
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  if trainer.is_chief:
-    ours = next(module_flags for module_flags in
-                FLAGS.flags_by_module_dict().values()
-                if any(f.name == "bert_config_file" for f in module_flags))
-    resolved = {f.name: f.value for f in ours}
-    resolved.update(num_replicas=replicas, kernels=kernels)
-    cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
-                  json.dumps(resolved, indent=2, sort_keys=True) + "\n")
-    config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
   print(f"{len(files)} input files, {replicas} replicas "
         f"({FLAGS.distribution_strategy}), {FLAGS.mixed_precision}, "
         f"{model.count_params():,} parameters, {kernels} kernels", flush=True)
@@ -296,6 +290,18 @@ def main(argv):
             "optimizer", flush=True)
 
   start = trainer.restore_or_init(init_fn=warm_start)
+  # Written once the checkpoints fit the config: a bad --init_checkpoint
+  # leaves nothing in a new --output_dir.
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  if trainer.is_chief:
+    ours = next(module_flags for module_flags in
+                FLAGS.flags_by_module_dict().values()
+                if any(f.name == "bert_config_file" for f in module_flags))
+    resolved = {f.name: f.value for f in ours}
+    resolved.update(num_replicas=replicas, kernels=kernels)
+    cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
+                  json.dumps(resolved, indent=2, sort_keys=True) + "\n")
+    config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
   if not resuming and not FLAGS.init_checkpoint:
     print("Starting from scratch (no checkpoint in --output_dir), step 0",
           flush=True)

@@ -48,6 +48,20 @@ def files(tmp_path_factory):
   (root / "binary").write_bytes(BINARY)
   (root / "text.txt").write_text("One sentence.\nAnother one.\n\nA new doc.\n")
   testing.tiny_config().to_json_file(str(root / "bert_config.json"))
+  testing.tiny_config(hidden_size=48).to_json_file(str(root / "h48.json"))
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  input_pipeline_test.write_records(
+      root / "d.tfrecord", input_pipeline_test.make_instances(4, seed=1))
+  (root / "cls").mkdir()
+  for split in ("train", "dev", "test"):
+    (root / "cls" / f"{split}.tsv").write_text(
+        "sentence\tlabel\n" + "".join(f"the fox {i}\t{i % 2}\n"
+                                      for i in range(4)))
+  (root / "truncated.json").write_text('{"vocab_size": 99, "hidden_size": ')
+  (root / "squad.json").write_text(
+      '{"version": "v1.1", "data": [{"title": "t", "paragraphs": [{"context": '
+      '"the fox jumps", "qas": [{"id": "q1", "question": "who jumps", '
+      '"answers": [{"text": "fox", "answer_start": 4}]}]}]}]}')
   return root
 
 
@@ -101,6 +115,43 @@ def _program_cases(root):
            f"--bert_config_file={root}/bert_config.json",
            f"--vocab_file={vocab}", f"--init_checkpoint={root}"],
           "extract_features", f"--input_file={root}/binary holds NUL bytes"),
+      "run_squad bert_config is binary": (
+          ["-m", "official_bert.run_squad", "--do_predict",
+           f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
+           f"--bert_config_file={root}/binary", f"--vocab_file={vocab}"],
+          "run_squad", f"--bert_config_file={root}/binary holds NUL bytes"),
+      # Read after TensorFlow starts: the output directory must not be made
+      # before it (it was, empty).
+      "run_squad bert_config is truncated": (
+          ["-m", "official_bert.run_squad", "--do_predict",
+           f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
+           f"--bert_config_file={root}/truncated.json",
+           f"--vocab_file={vocab}"],
+          "run_squad", f"bert_config_file {root}/truncated.json is not "
+          "valid JSON"),
+      # The checkpoint is read after TensorFlow starts: flags.json and
+      # bert_config.json must not be written into --output_dir before it.
+      "run_pretraining init_checkpoint of another size": (
+          ["-m", "official_bert.run_pretraining", "--do_train",
+           f"--input_file={root}/d.tfrecord", f"--output_dir={out}/p",
+           f"--bert_config_file={root}/h48.json",
+           f"--init_checkpoint={testing.TESTDATA}/main_ckpt",
+           f"--max_seq_length={testing.SEQ}", "--max_predictions_per_seq=3",
+           "--train_batch_size=2", "--num_train_steps=1",
+           "--num_warmup_steps=0"],
+          "run_pretraining", "--init_checkpoint: checkpoint "
+          f"{testing.TESTDATA}/main_ckpt/ckpt-1 does not match the model"),
+      # Fine-tuning writes flags.json, bert_config.json, label_list.json
+      # before the checkpoint is read: they are removed again.
+      "run_classifier init_checkpoint of another size": (
+          ["-m", "official_bert.run_classifier", "--do_train",
+           f"--task_data_dir={root}/cls", f"--output_dir={out}/c",
+           f"--bert_config_file={root}/h48.json", f"--vocab_file={vocab}",
+           f"--init_checkpoint={testing.TESTDATA}/main_ckpt",
+           f"--max_seq_length={testing.SEQ}", "--train_batch_size=2"],
+          "run_classifier", "--init_checkpoint: checkpoint "
+          f"{testing.TESTDATA}/main_ckpt/ckpt-1 does not match the encoder's "
+          "config"),
       "extract_features output is a directory": (
           ["-m", "official_bert.extract_features",
            f"--input_file={root}/text.txt", f"--output_file={root}/a_dir",
@@ -177,6 +228,17 @@ def test_learn_vocab_reader_rejects_binary(tmp_path):
   assert learn_vocab._read_lines([str(mostly)]) == ["fine", "fine too", "caf"]
 
 
+def test_binary_bert_config_names_the_file(tmp_path):
+  """Bug caught: a bare "'utf-8' codec can't decode byte 0x80" as the last
+  line of convert_checkpoint and both exporters (no file named)."""
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  binary = tmp_path / "bert_config.json"
+  binary.write_bytes(BINARY)
+  with pytest.raises(ValueError, match=f"bert_config_file {binary} is not "
+                     r"UTF-8 text \(byte \d+\); pass the bert_config.json"):
+    configs.BertConfig.from_json_file(str(binary))
+
+
 def test_vocab_and_extract_features_inputs(tmp_path):
   from official_bert import extract_features  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
@@ -192,3 +254,42 @@ def test_vocab_and_extract_features_inputs(tmp_path):
   with pytest.raises(ValueError, match=f"--input_file {latin} line 2 is not "
                      "UTF-8 text"):
     extract_features.read_input(str(latin))
+
+
+def test_extract_features_config_that_does_not_fit_is_the_last_line(
+    files, tmp_path):
+  """Bugs caught: TensorFlow's restore warnings printed after the error (or
+  the error without the "extract_features: error:" prefix), and a config
+  with fewer layers than the checkpoint restoring silently (the deeper
+  layers unread: the vectors of a truncated model, exit 0)."""
+  testing.tiny_config(hidden_size=48).to_json_file(str(tmp_path / "h48.json"))
+  testing.tiny_config(num_hidden_layers=1).to_json_file(
+      str(tmp_path / "l1.json"))
+  checkpoint = os.path.join(testing.TESTDATA, "main_ckpt")  # 2 layers, H=32
+  env = dict(os.environ, PYTHONPATH=testing.ROOT)
+  env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the warnings a user sees
+  procs = {}
+  for name in ("h48", "l1"):  # both at once: each imports TensorFlow
+    procs[name] = subprocess.Popen(
+        [sys.executable, "-m", "official_bert.extract_features",
+         f"--input_file={files}/text.txt",
+         f"--output_file={tmp_path}/{name}/f.jsonl",
+         f"--bert_config_file={tmp_path}/{name}.json",
+         f"--vocab_file={testing.TESTDATA}/export_vocab.txt",
+         f"--init_checkpoint={checkpoint}", "--layers=-1",
+         "--max_seq_length=7"], cwd=testing.ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  expected = {
+      "h48": "does not match the encoder's config (check bert_config_file)",
+      "l1": f"has 2 encoder layers but --bert_config_file={tmp_path}/l1.json "
+            "says num_hidden_layers=1; pass the bert_config.json",
+  }
+  for name, proc in procs.items():
+    output, _ = proc.communicate(timeout=300)
+    lines = [l for l in output.splitlines() if l.strip()]
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert lines[-1].startswith("extract_features: error: checkpoint "), (
+        output[-3000:])
+    assert expected[name] in lines[-1], lines[-1]
+    assert not (tmp_path / name).exists()

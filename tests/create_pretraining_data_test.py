@@ -2,6 +2,10 @@
 
 import glob
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -209,3 +213,85 @@ def test_cli_bad_flags_exit_1_with_one_sentence(corpus, tmp_path):
   assert proc.returncode == 1
   assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
   assert os.listdir(tmp_path) == []
+
+
+def _children(pid):
+  """{pid: command line} of the processes whose parent is `pid`."""
+  found = {}
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+      if ppid == pid:
+        with open(f"/proc/{entry}/cmdline", "rb") as f:
+          found[int(entry)] = f.read().replace(b"\0", b" ").decode()
+    except (OSError, ValueError, IndexError):
+      continue  # it ended meanwhile
+  return found
+
+
+def _running(pid):
+  """Whether `pid` exists and is not a zombie."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_one_sentence_and_a_rerun_completes(tmp_path):
+  """SIGKILL one worker of two mid-job, as the OOM killer would: the job
+  must not wait forever (multiprocessing.Pool did), must say which worker
+  died and what to do, leave no output, and a rerun must complete."""
+  testing.require_shared_data()
+  with open(testing.CORPUS, encoding="utf-8") as f:
+    lines = f.read().split("\n")[:10000]
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  out_dir = tmp_path / "out"
+  out = out_dir / "o.tfrecord"
+  args = (["tfrecords/create_pretraining_data.py"] +
+          _cli_flags(str(corpus), str(out), num_workers=2, dupe_factor=5))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=testing.ROOT + os.pathsep +
+             os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.Popen([sys.executable] + args, cwd=testing.ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+  try:
+    # Mid-job: the first window is written (so more are being built) and
+    # both workers are up.
+    deadline = time.time() + 240
+    workers = []
+    while time.time() < deadline and proc.poll() is None:
+      workers = [p for p, cmd in _children(proc.pid).items()
+                 if "spawn_main" in cmd]
+      if (len(workers) == 2 and os.path.exists(f"{out}.incomplete") and
+          os.path.getsize(f"{out}.incomplete")):
+        break
+      time.sleep(0.05)
+    assert proc.poll() is None and len(workers) == 2, "never saw the job run"
+    os.kill(workers[1], signal.SIGKILL)
+    output, _ = proc.communicate(timeout=60)  # not forever
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.communicate()
+  lines = [l for l in output.splitlines() if l.strip()]
+  assert proc.returncode == 1, output[-3000:]
+  assert "Traceback" not in output, output[-3000:]
+  assert lines[-1].startswith(
+      f"create_pretraining_data: error: Worker process {workers[1]} was "
+      "killed by SIGKILL while building window "), output[-3000:]
+  assert lines[-1].endswith(
+      "likely out of memory; rerun with fewer --num_workers (now 2) or a "
+      "smaller --window_tokens (now 3000)."), lines[-1]
+  assert os.listdir(out_dir) == []  # nothing that looks finished
+  # The survivor was stopped too: no orphan keeps working.
+  assert not [pid for pid in workers if _running(pid)]
+  testing.run_cli(args)
+  assert os.listdir(out_dir) == ["o.tfrecord"]
+  assert len(_read(str(out))) > 1000

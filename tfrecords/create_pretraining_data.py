@@ -30,7 +30,6 @@ import gc
 import gzip
 import importlib
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -45,6 +44,7 @@ from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
 from tfrecords import job_flags
+from tfrecords import worker_pool
 
 # Instances decoded to tokens in the log, as the original's first examples.
 LOGGED_EXAMPLES = 3
@@ -177,43 +177,25 @@ def create_pretraining_data(config):
     raise InputError(str(e)) from None
   # Workers start first (spawned: fork after importing TF is unsafe), so
   # their start-up overlaps the TensorFlow import below.
-  pool = _start_workers(config.num_workers) if config.num_workers > 0 else None
+  pool = (worker_pool.Pool(config.num_workers, importlib.import_module,
+                           ("tfrecords.instances",))
+          if config.num_workers > 0 else None)
+  failed = True
   try:
-    return _run(config, pool, start)
+    stats = _run(config, pool, start)
+    failed = False
+    return stats
   except InputError as e:
     message = str(e)  # re-raised below without frames that hold the pool
   finally:
     if pool is not None:
-      pool.terminate()
-      pool.join()
+      pool.close(kill=failed)
   # Free the pool's semaphores now: a program that exits at once
   # (cli.fail) would otherwise get the resource tracker's "leaked
   # semaphore" warning printed after its error.
   del pool
   gc.collect()
   raise InputError(message)
-
-
-def _start_workers(num_workers):
-  """A spawn Pool whose workers import only what they unpickle.
-
-  A spawned worker re-imports the parent's __main__ module; when that is a
-  user's script that imports TensorFlow, every worker would pay its ~0.7 GB
-  and seconds of import. Hiding __main__'s file while the workers start
-  avoids it (the tasks are functions of tfrecords.instances).
-  """
-  main = sys.modules["__main__"]
-  saved = {k: main.__dict__[k] for k in ("__file__", "__spec__")
-           if k in main.__dict__}
-  try:
-    main.__dict__.pop("__file__", None)
-    main.__spec__ = None
-    # Workers import the instance code while the main process imports TF.
-    return multiprocessing.get_context("spawn").Pool(
-        num_workers, importlib.import_module, ("tfrecords.instances",))
-  finally:
-    main.__dict__.pop("__spec__", None)
-    main.__dict__.update(saved)
 
 
 def _run(config, pool, start):
@@ -228,18 +210,27 @@ def _run(config, pool, start):
   stats = collections.Counter()
   writers = _Writers(config.output_files, config.compression)
   try:
-    if pool is not None:
-      run = lambda w: pool.apply_async(instances.process_window,
-                                      (w, options, True))
-    else:
-      run = lambda w: _Done(instances.process_window(w, options, True))
+    def run(window):
+      if pool is None:
+        return window.index, _Done(instances.process_window(window, options,
+                                                            True))
+      try:
+        return window.index, pool.submit(instances.process_window, window,
+                                         options, True)
+      except worker_pool.BrokenPool:  # a worker died since the last result
+        raise InputError(_died(config, pool, window.index)) from None
+
     pending = collections.deque()
     last_report = time.time()
 
     def drain(limit):
       nonlocal last_report
       while len(pending) > limit:
-        result = pending.popleft().get()
+        index, future = pending.popleft()
+        try:
+          result = future.result()
+        except worker_pool.BrokenPool:
+          raise InputError(_died(config, pool, index)) from None
         if result.index == 0:
           _log_examples(features.unframe_records(
               result.blob[:int(np.sum(result.lengths[:LOGGED_EXAMPLES] + 16))]),
@@ -281,13 +272,22 @@ def _run(config, pool, start):
   return dict(stats)
 
 
+def _died(config, pool, index):
+  """The sentence for a worker that died (the OOM killer's SIGKILL, say)."""
+  return (f"Worker {pool.death()} while building window {index} of "
+          f"--input_file={','.join(config.input_files)}, likely out of "
+          f"memory; rerun with fewer --num_workers (now "
+          f"{pool.num_workers}) or a smaller --window_tokens (now "
+          f"{config.window_tokens}).")
+
+
 class _Done:
-  """An already computed result with the AsyncResult interface."""
+  """An already computed result with the Future interface."""
 
   def __init__(self, value):
     self._value = value
 
-  def get(self):
+  def result(self):
     return self._value
 
 

@@ -41,6 +41,8 @@ def expand_inputs(input_file):
                        f"files or a glob such as {os.path.join(pattern, '*.txt')}.")
     matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
     if not matched:
+      if cli.blocked_by(pattern):
+        raise InputError(str(cli.missing("input_file", pattern)))
       raise InputError(f"--input_file pattern {pattern} matches no file; "
                        "check the path.")
     files += matched

@@ -155,6 +155,8 @@ def _input_files(patterns):
       matched = sorted(_gfile().glob(pattern) if "://" in pattern
                        else (p for p in glob.glob(pattern)
                              if not os.path.isdir(p)))
+      if not matched and "://" not in pattern and cli.blocked_by(pattern):
+        raise cli.missing("input_file", pattern)
       if not matched:
         raise app.UsageError(
             f"--input_file pattern {pattern!r} matches no file; pass "

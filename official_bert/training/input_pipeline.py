@@ -20,6 +20,7 @@ files in order, once.
 
 import tensorflow as tf
 
+from official_bert import cli
 from official_bert.data import features
 
 
@@ -31,6 +32,8 @@ def resolve_input_files(patterns):
     if not pattern:
       continue
     matched = tf.io.gfile.glob(pattern)
+    if not matched and "://" not in pattern and cli.blocked_by(pattern):
+      raise ValueError(str(cli.missing("input_file", pattern)))
     if not matched:
       raise ValueError(f"--input_file pattern {pattern} matches no file; "
                        "pass TFRecords written by create_pretraining_data.py.")

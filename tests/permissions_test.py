@@ -1,0 +1,292 @@
+"""Unreadable and unwritable paths, for every program, also when run as root.
+
+Root reads and writes anything, so as root (CI runs as root) each program is
+started with CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH dropped (`setpriv`),
+which makes permissions bite as for any user. Per program: an unreadable
+input file, an input in (or being) an unreadable directory, an output in a
+read-only directory -> one sentence naming the flag as the last line, exit
+1, no traceback, nothing written.
+
+The checks run before TensorFlow is imported (about a second per case),
+except in the exporters, which import it at start (one case each here; all
+three are in /work/coord/bad_inputs.py's table).
+
+Bugs caught: a permission check that trusts os.access as root (never
+fires), "does not exist" for a file that is only hidden by an unreadable
+directory, a PermissionError traceback, an output directory made before the
+check.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests import testing
+
+# Drops root's power to ignore permissions, for the program started.
+UNPRIVILEGED = (["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+                 "--bounding-set=-dac_override,-dac_read_search"]
+                if os.geteuid() == 0 else [])
+
+
+def _run(args, timeout=300):
+  """Runs `python <args>` without DAC privileges: (status, output lines)."""
+  if UNPRIVILEGED and not shutil.which("setpriv"):
+    message = "running as root without setpriv (util-linux)"
+    if os.environ.get("CI", "").lower() == "true":
+      pytest.fail(message)
+    pytest.skip(message)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = testing.ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  proc = subprocess.run(UNPRIVILEGED + [sys.executable] + list(args),
+                        cwd=testing.ROOT, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=timeout)
+  return proc.returncode, [l for l in proc.stdout.splitlines() if l.strip()]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  """Good inputs, their 0o000 twins, a 0o000 directory holding good copies,
+  and a read-only (0o555) directory."""
+  r = tmp_path_factory.mktemp("permissions")
+  (r / "text.txt").write_text("One sentence.\nAnother one.\n\nA new doc.\n")
+  shutil.copy(os.path.join(testing.TESTDATA, "export_vocab.txt"),
+              r / "vocab.txt")
+  testing.tiny_config().to_json_file(str(r / "bert_config.json"))
+  for split in ("train", "dev", "test"):
+    (r / "cls").mkdir(exist_ok=True)
+    (r / "cls" / f"{split}.tsv").write_text("sentence\tlabel\na b\t1\n")
+  (r / "squad.json").write_text(json.dumps({"version": "v1.1", "data": [
+      {"title": "t", "paragraphs": [{"context": "the fox jumps", "qas": [
+          {"id": "q1", "question": "who jumps",
+           "answers": [{"text": "fox", "answer_start": 4}]}]}]}]}))
+  (r / "locked").mkdir()
+  for name in ("text.txt", "vocab.txt", "bert_config.json"):
+    shutil.copy(r / name, r / "locked" / name)
+    shutil.copy(r / name, r / f"locked_{name}")
+    os.chmod(r / f"locked_{name}", 0)
+  shutil.copytree(r / "cls", r / "locked" / "cls")
+  shutil.copytree(os.path.join(testing.TESTDATA, "main_ckpt"), r / "ckpt")
+  shutil.copytree(os.path.join(testing.TESTDATA, "main_ckpt"),
+                  r / "locked" / "ckpt")
+  os.chmod(r / "locked", 0)
+  (r / "read_only").mkdir()
+  os.chmod(r / "read_only", 0o555)
+  (r / "out").mkdir()
+  yield r
+  os.chmod(r / "locked", 0o755)
+  os.chmod(r / "read_only", 0o755)
+
+
+def test_the_unprivileged_runner_cannot_read_a_locked_file(root):
+  """Without this, every case below would test nothing as root."""
+  status, lines = _run(["-c", f"open({str(root / 'locked_text.txt')!r})"])
+  assert status == 1 and "PermissionError" in lines[-1], lines
+
+
+def test_path_checks_without_privileges(root):
+  """cli's checks, in a process that cannot override permissions."""
+  script = (
+      "from official_bert import cli\n"
+      "for check, flag, path in [\n"
+      f"    (cli.check_input_file, 'a', {str(root / 'locked_text.txt')!r}),\n"
+      f"    (cli.check_input_file, 'b', {str(root / 'locked' / 'text.txt')!r}),\n"
+      f"    (cli.check_input_dir, 'c', {str(root / 'locked' / 'cls')!r}),\n"
+      f"    (cli.check_output_dir, 'd', {str(root / 'read_only')!r}),\n"
+      f"    (cli.check_output_dir, 'e', {str(root / 'read_only' / 'x')!r}),\n"
+      f"    (cli.check_output_file, 'f', {str(root / 'read_only' / 'x')!r})]:\n"
+      "  try:\n"
+      "    check(flag, path)\n"
+      "    print('no error')\n"
+      "  except cli.Error as e:\n"
+      "    print(e)\n")
+  status, lines = _run(["-c", script])
+  assert status == 0, lines
+  locked = root / "locked"
+  assert lines == [
+      f"--a={root}/locked_text.txt is not readable; check its permissions.",
+      f"--b={locked}/text.txt cannot be reached: {locked} is not readable; "
+      "check its permissions.",
+      f"--c={locked}/cls cannot be reached: {locked} is not readable; check "
+      "its permissions.",
+      f"--d={root}/read_only is not writable; choose a directory you can "
+      "write to.",
+      f"--e={root}/read_only/x: {root}/read_only is not writable; choose a "
+      "directory you can write to.",
+      f"--f={root}/read_only/x: {root}/read_only is not writable; choose a "
+      "file you can write to."]
+  assert not os.path.exists(root / "read_only" / "x")
+
+
+def _cases(r):
+  """{case: (args, program, text the last line holds)}; R = root."""
+  L = f"{r}/locked"  # pylint: disable=invalid-name
+  unreachable = lambda flag, path: (f"--{flag}={path} cannot be reached: "
+                                    f"{L} is not readable")
+  cfg, vocab, text = (f"{r}/bert_config.json", f"{r}/vocab.txt",
+                      f"{r}/text.txt")
+  finetuning = lambda flag, path: (f"{flag} {path} cannot be reached: {L} "
+                                   "is not readable")
+  qs = ["-m", "official_bert.quickstart"]
+  lv = ["-m", "tfrecords.learn_vocab", f"--output_file={r}/out/v.txt"]
+  cpd = ["-m", "tfrecords.create_pretraining_data", f"--vocab_file={vocab}",
+         f"--output_file={r}/out/o.tfrecord"]
+  rp = ["-m", "official_bert.run_pretraining", "--do_train",
+        f"--bert_config_file={cfg}", f"--output_dir={r}/out/p"]
+  rc = ["-m", "official_bert.run_classifier", "--do_train",
+        f"--bert_config_file={cfg}", f"--vocab_file={vocab}"]
+  rn = ["-m", "official_bert.run_ner", "--do_train",
+        f"--bert_config_file={cfg}", f"--vocab_file={vocab}"]
+  rs = ["-m", "official_bert.run_squad", "--do_train",
+        f"--bert_config_file={cfg}", f"--vocab_file={vocab}"]
+  ef = ["-m", "official_bert.extract_features", f"--bert_config_file={cfg}",
+        f"--vocab_file={vocab}"]
+  return {
+      # quickstart: its only input is --corpus; --work_dir is its output.
+      "quickstart file": (qs + [f"--corpus={r}/locked_text.txt",
+                                f"--work_dir={r}/out/q"],
+                          f"--corpus={r}/locked_text.txt is not readable"),
+      "quickstart dir": (qs + [f"--corpus={L}/text.txt",
+                               f"--work_dir={r}/out/q"],
+                         unreachable("corpus", f"{L}/text.txt")),
+      "quickstart output": (qs + [f"--corpus={text}",
+                                  f"--work_dir={r}/read_only/q"],
+                            f"{r}/read_only is not writable"),
+      "learn_vocab file": (lv + [f"--input_file={r}/locked_text.txt"],
+                           f"--input_file={r}/locked_text.txt is not "
+                           "readable"),
+      "learn_vocab dir": (lv + [f"--input_file={L}/text.txt"],
+                          unreachable("input_file", f"{L}/text.txt")),
+      "learn_vocab output": (["-m", "tfrecords.learn_vocab",
+                              f"--input_file={text}",
+                              f"--output_file={r}/read_only/v.txt"],
+                             f"{r}/read_only is not writable"),
+      "create_pretraining_data file": (
+          cpd + [f"--input_file={r}/locked_text.txt"],
+          f"--input_file={r}/locked_text.txt is not readable"),
+      "create_pretraining_data dir": (
+          cpd + [f"--input_file={L}/text.txt"],
+          unreachable("input_file", f"{L}/text.txt")),
+      "create_pretraining_data output": (
+          ["-m", "tfrecords.create_pretraining_data", f"--vocab_file={vocab}",
+           f"--input_file={text}", f"--output_file={r}/read_only/o.tfrecord"],
+          f"{r}/read_only is not writable"),
+      "run_pretraining file": (
+          ["-m", "official_bert.run_pretraining", "--do_train",
+           f"--bert_config_file={r}/locked_bert_config.json",
+           f"--input_file={text}", f"--output_dir={r}/out/p"],
+          f"--bert_config_file={r}/locked_bert_config.json is not readable"),
+      "run_pretraining dir": (rp + [f"--input_file={L}/d.tfrecord"],
+                              unreachable("input_file", f"{L}/d.tfrecord")),
+      "run_pretraining output": (
+          ["-m", "official_bert.run_pretraining", "--do_train",
+           f"--bert_config_file={cfg}", f"--input_file={text}",
+           f"--output_dir={r}/read_only/p"],
+          f"{r}/read_only is not writable"),
+      "run_classifier file": (
+          ["-m", "official_bert.run_classifier", "--do_train",
+           f"--bert_config_file={r}/locked_bert_config.json",
+           f"--vocab_file={vocab}", f"--task_data_dir={r}/cls",
+           f"--output_dir={r}/out/c"],
+          f"--bert_config_file {r}/locked_bert_config.json is not readable"),
+      "run_classifier dir": (rc + [f"--task_data_dir={L}/cls",
+                                   f"--output_dir={r}/out/c"],
+                             finetuning("--task_data_dir", f"{L}/cls")),
+      "run_classifier output": (rc + [f"--task_data_dir={r}/cls",
+                                      f"--output_dir={r}/read_only/c"],
+                                f"--output_dir {r}/read_only/c is not "
+                                "writable"),
+      "run_ner file": (
+          ["-m", "official_bert.run_ner", "--do_train",
+           f"--bert_config_file={cfg}", f"--vocab_file={r}/locked_vocab.txt",
+           f"--task_data_dir={r}/cls", f"--output_dir={r}/out/n"],
+          f"--vocab_file {r}/locked_vocab.txt is not readable"),
+      "run_ner dir": (rn + [f"--task_data_dir={L}", f"--output_dir={r}/out/n"],
+                      f"--task_data_dir {L} is not readable"),
+      "run_ner output": (rn + [f"--task_data_dir={r}/cls",
+                               f"--output_dir={r}/read_only/n"],
+                         f"--output_dir {r}/read_only/n is not writable"),
+      "run_squad output": (
+          rs + [f"--train_file={r}/squad.json",
+                f"--output_dir={r}/read_only/s"],
+          f"{r}/read_only is not writable"),
+      "run_squad file": (
+          rs + [f"--train_file={r}/locked_text.txt",
+                f"--output_dir={r}/out/s"],
+          f"{r}/locked_text.txt cannot be read (Permission denied)"),
+      "run_squad dir": (
+          rs + [f"--train_file={r}/squad.json",
+                f"--init_checkpoint={L}/ckpt", f"--output_dir={r}/out/s"],
+          unreachable("init_checkpoint", f"{L}/ckpt")),
+      "extract_features file": (
+          ef + [f"--input_file={r}/locked_text.txt",
+                f"--output_file={r}/out/f.jsonl", f"--init_checkpoint={r}"],
+          f"--input_file={r}/locked_text.txt is not readable"),
+      "extract_features dir": (
+          ef + [f"--input_file={text}", f"--output_file={r}/out/f.jsonl",
+                f"--init_checkpoint={L}/ckpt"],
+          unreachable("init_checkpoint", f"{L}/ckpt")),
+      "extract_features output": (
+          ef + [f"--input_file={text}",
+                f"--output_file={r}/read_only/f.jsonl",
+                f"--init_checkpoint={r}"],
+          f"{r}/read_only is not writable"),
+  }
+
+
+@pytest.mark.parametrize("case", sorted(_cases("R")))
+def test_program_permission_error_is_one_sentence_last(root, case):
+  args, expected = _cases(root)[case]
+  program = args[1].split(".")[-1]
+  status, lines = _run(args)
+  output = "\n".join(lines)
+  assert status == 1, output[-3000:]
+  assert "Traceback" not in output, output[-3000:]
+  assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
+  assert expected in lines[-1], lines[-1]
+  assert os.listdir(root / "out") == [] and os.listdir(
+      root / "read_only") == []
+
+
+@pytest.mark.slow
+def test_programs_that_import_tensorflow_first(root):
+  """The exporters' unwritable --export_dir and convert_checkpoint's
+  --source in an unreadable directory ("does not exist" before), all at
+  once: each of these imports TensorFlow before its checks (~4 s)."""
+  if UNPRIVILEGED and not shutil.which("setpriv"):
+    pytest.skip("running as root without setpriv")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=testing.ROOT)
+  model = [f"--bert_config_file={root}/bert_config.json",
+           f"--init_checkpoint={root}/ckpt", f"--vocab_file={root}/vocab.txt"]
+  cases = {
+      "export_tfhub": (["-m", "export.export_tfhub"] + model +
+                       [f"--export_dir={root}/read_only/hub",
+                        "--seq_length=7"],
+                       f"{root}/read_only/hub: Permission denied"),
+      "export_saved_model": (["-m", "export.export_saved_model"] + model +
+                             [f"--export_dir={root}/read_only/serving",
+                              "--max_seq_length=7"],
+                             f"{root}/read_only/serving: Permission denied"),
+      "convert_checkpoint": (["-m", "official_bert.convert_checkpoint",
+                              f"--source={root}/locked/ckpt",
+                              f"--output_dir={root}/out/cv"],
+                             f"--source={root}/locked/ckpt cannot be "
+                             f"reached: {root}/locked is not readable"),
+  }
+  procs = {program: subprocess.Popen(
+      UNPRIVILEGED + [sys.executable] + args, cwd=testing.ROOT, env=env,
+      text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for program, (args, _) in cases.items()}
+  for program, proc in procs.items():
+    output, _ = proc.communicate(timeout=300)
+    lines = [l for l in output.splitlines() if l.strip()]
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
+    assert cases[program][1] in lines[-1], lines[-1]
+  assert os.listdir(root / "read_only") == [] and os.listdir(
+      root / "out") == []
