@@ -119,7 +119,7 @@ def _program_cases(root):
           ["-m", "official_bert.run_squad", "--do_predict",
            f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
            f"--bert_config_file={root}/binary", f"--vocab_file={vocab}"],
-          "run_squad", f"--bert_config_file={root}/binary holds NUL bytes"),
+          "run_squad", f"bert_config_file {root}/binary is not UTF-8 text"),
       # Read after TensorFlow starts: the output directory must not be made
       # before it (it was, empty).
       "run_squad bert_config is truncated": (

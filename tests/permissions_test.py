@@ -213,11 +213,11 @@ def _cases(r):
       "run_squad output": (
           rs + [f"--train_file={r}/squad.json",
                 f"--output_dir={r}/read_only/s"],
-          f"{r}/read_only is not writable"),
+          f"--output_dir {r}/read_only/s is not writable"),
       "run_squad file": (
           rs + [f"--train_file={r}/locked_text.txt",
                 f"--output_dir={r}/out/s"],
-          f"{r}/locked_text.txt cannot be read (Permission denied)"),
+          f"--train_file {r}/locked_text.txt is not readable"),
       "run_squad dir": (
           rs + [f"--train_file={r}/squad.json",
                 f"--init_checkpoint={L}/ckpt", f"--output_dir={r}/out/s"],
