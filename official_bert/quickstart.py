@@ -293,7 +293,28 @@ def _check_flags(work):
     raise app.UsageError(f"--model={FLAGS.model}: {e}") from None
   if FLAGS.corpus:
     cli.check_text_file("corpus", FLAGS.corpus)
+    _check_corpus_text(FLAGS.corpus)
   cli.check_output_dir("work_dir", work, create=False)
+
+
+def _check_corpus_text(path):
+  """--corpus holds text the stages can use: else one sentence, before any
+  stage writes its record (the vocab stage's own check would come after)."""
+  total = undecodable = text = 0
+  with open(path, "rb") as f:
+    for raw in f:
+      total += 1
+      try:
+        text += bool(raw.decode("utf-8").strip())
+      except UnicodeDecodeError:
+        undecodable += 1
+  if undecodable * 2 > total:
+    raise cli.Error(f"--corpus={path}: {undecodable} of its {total} lines "
+                    "are not UTF-8 text; convert it to UTF-8 (e.g. iconv -f "
+                    "latin1 -t utf-8), one sentence per line.")
+  if not text:
+    raise cli.Error(f"--corpus={path} holds no text (it is empty or blank); "
+                    "pass a corpus with one sentence per line.")
 
 
 def run_pipeline(work):

@@ -58,6 +58,9 @@ def files(tmp_path_factory):
         "sentence\tlabel\n" + "".join(f"the fox {i}\t{i % 2}\n"
                                       for i in range(4)))
   (root / "truncated.json").write_text('{"vocab_size": 99, "hidden_size": ')
+  (root / "empty.txt").write_text("\n\n")
+  latin1 = "Caf\u00e9 na\u00efve r\u00e9sum\u00e9.\n".encode("latin-1")
+  (root / "latin1.txt").write_bytes(latin1 * 40)
   (root / "squad.json").write_text(
       '{"version": "v1.1", "data": [{"title": "t", "paragraphs": [{"context": '
       '"the fox jumps", "qas": [{"id": "q1", "question": "who jumps", '
@@ -89,6 +92,17 @@ def _program_cases(root):
           ["-m", "official_bert.quickstart", f"--work_dir={out}/qs",
            f"--corpus={root}/binary"],
           "quickstart", f"--corpus={root}/binary holds NUL bytes"),
+      # Checked before any stage: the vocab stage found these, after the
+      # work dir and the stage's record were made.
+      "quickstart corpus is empty": (
+          ["-m", "official_bert.quickstart", f"--work_dir={out}/qs",
+           f"--corpus={root}/empty.txt"],
+          "quickstart", f"--corpus={root}/empty.txt holds no text"),
+      "quickstart corpus is Latin-1": (
+          ["-m", "official_bert.quickstart", f"--work_dir={out}/qs",
+           f"--corpus={root}/latin1.txt"],
+          "quickstart", f"--corpus={root}/latin1.txt: 40 of its 40 lines are "
+          "not UTF-8 text"),
       "create_pretraining_data input is binary": (
           ["-m", "tfrecords.create_pretraining_data",
            f"--input_file={root}/binary", f"--output_file={out}/o.tfrecord",
