@@ -191,6 +191,16 @@ def check_output_file(flag, path):
   return path
 
 
+def mostly_undecodable(flag, path, undecodable, total):
+  """The sentence for --flag's text file when more than half of its `total`
+  lines are not UTF-8 (a few are dropped, as the original does), else None."""
+  if undecodable * 2 <= total:
+    return None
+  return (f"--{flag}={path}: {undecodable} of its {total} lines are not UTF-8 "
+          "text; convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8), one "
+          "sentence per line.")
+
+
 # Bytes of a text file sniffed for binary content.
 SNIFF_BYTES = 1 << 16
 

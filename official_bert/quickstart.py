@@ -308,10 +308,9 @@ def _check_corpus_text(path):
         text += bool(raw.decode("utf-8").strip())
       except UnicodeDecodeError:
         undecodable += 1
-  if undecodable * 2 > total:
-    raise cli.Error(f"--corpus={path}: {undecodable} of its {total} lines "
-                    "are not UTF-8 text; convert it to UTF-8 (e.g. iconv -f "
-                    "latin1 -t utf-8), one sentence per line.")
+  reason = cli.mostly_undecodable("corpus", path, undecodable, total)
+  if reason:
+    raise cli.Error(reason)
   if not text:
     raise cli.Error(f"--corpus={path} holds no text (it is empty or blank); "
                     "pass a corpus with one sentence per line.")

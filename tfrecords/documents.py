@@ -95,11 +95,9 @@ class Reader:
             yield from self._decode(block[:cut - 1])
       lines = self.lines - lines_before
       bad = self.undecodable_lines - undecodable_before
-      if bad * 2 > lines:
-        raise InputError(
-            f"--input_file={path}: {bad} of its {lines} lines are not UTF-8 "
-            "text; convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8), "
-            "one sentence per line.")
+      reason = cli.mostly_undecodable("input_file", path, bad, lines)
+      if reason:
+        raise InputError(reason)
       yield ""  # A file ends its last document.
 
   def _decode(self, block):

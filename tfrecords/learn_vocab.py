@@ -192,10 +192,9 @@ def _read_lines(files):
           line = raw.decode("utf-8", "ignore").strip()
         if line:
           lines.append(line)
-    if undecodable * 2 > total:
-      raise cli.Error(f"--input_file={path}: {undecodable} of its {total} "
-                      "lines are not UTF-8 text; convert it to UTF-8 (e.g. "
-                      "iconv -f latin1 -t utf-8), one sentence per line.")
+    reason = cli.mostly_undecodable("input_file", path, undecodable, total)
+    if reason:
+      raise cli.Error(reason)
   return lines
 
 
