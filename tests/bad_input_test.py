@@ -31,11 +31,8 @@ def _run_merged(args, timeout=180):
 
 def _assert_one_sentence(args, program, expected):
   status, lines = _run_merged(args)
+  testing.assert_one_sentence_last(status, lines, program, expected)
   output = "\n".join(lines)
-  assert status == 1, output[-3000:]
-  assert "Traceback" not in output, output[-3000:]
-  assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
-  assert expected in lines[-1], lines[-1]
   # No usage dump: the flag list never appears.
   assert "flags:" not in output and "--helpfull" not in output, output[-3000:]
 

@@ -243,11 +243,7 @@ def test_program_permission_error_is_one_sentence_last(root, case):
   args, expected = _cases(root)[case]
   program = args[1].split(".")[-1]
   status, lines = _run(args)
-  output = "\n".join(lines)
-  assert status == 1, output[-3000:]
-  assert "Traceback" not in output, output[-3000:]
-  assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
-  assert expected in lines[-1], lines[-1]
+  testing.assert_one_sentence_last(status, lines, program, expected)
   assert os.listdir(root / "out") == [] and os.listdir(
       root / "read_only") == []
 
@@ -283,10 +279,8 @@ def test_programs_that_import_tensorflow_first(root):
            for program, (args, _) in cases.items()}
   for program, proc in procs.items():
     output, _ = proc.communicate(timeout=300)
-    lines = [l for l in output.splitlines() if l.strip()]
-    assert proc.returncode == 1, output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
-    assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
-    assert cases[program][1] in lines[-1], lines[-1]
+    testing.assert_one_sentence_last(
+        proc.returncode, [l for l in output.splitlines() if l.strip()],
+        program, cases[program][1])
   assert os.listdir(root / "read_only") == [] and os.listdir(
       root / "out") == []

@@ -83,6 +83,18 @@ def assert_pooler_kept_others_trained(before_prefix, after_prefix):
   assert len(changed) > len(before) // 2, changed
 
 
+def assert_one_sentence_last(status, lines, program, expected):
+  """The bad-input contract of a program's run: exit status 1, no
+  traceback, and the last non-blank line is `<program>: error: ...`
+  holding `expected`. `lines` are its output lines (stdout and stderr
+  merged, blank ones dropped)."""
+  output = "\n".join(lines)
+  assert status == 1, output[-3000:]
+  assert "Traceback" not in output, output[-3000:]
+  assert lines[-1].startswith(f"{program}: error: "), output[-3000:]
+  assert expected in lines[-1], lines[-1]
+
+
 def require_shared_data():
   """Skip (with the reason) when ../shared/data is not beside the checkout;
   under CI=true fail instead, so CI cannot pass by skipping these tests."""
