@@ -27,6 +27,12 @@ def test_pack_indices_point_both_ways():
   np.testing.assert_array_equal(packed, x[mask == 1])
   np.testing.assert_array_equal(packing.unpack(packed, slots, mask),
                                 x * mask[:, :, None])
+  # Without the zero row (attention's keys and queries, masked later):
+  # the tokens in place, padding some token's row.
+  rows = np.asarray(packing.unpack(packed, slots, mask, zero_padding=False))
+  np.testing.assert_array_equal(rows[mask == 1], x[mask == 1])
+  for row in rows[mask == 0]:
+    assert any((row == token).all() for token in x[mask == 1])
 
 
 @pytest.fixture(scope="module")

@@ -94,15 +94,34 @@ class SelfAttention(keras.layers.Layer):
 
   def _call_packed(self, x, mask, packing, training):
     tokens, slots = packing
-    # [N, H] x 3 -> [N, 3H] -> [B, T, 3H]: one gather lays out q, k and v.
-    qkv = ops.concatenate([self.query(x), self.key(x), self.value(x)], axis=-1)
-    qkv = packing_lib.unpack(qkv, slots, mask)
-    query, key, value = [self._split_heads(part)
-                         for part in ops.split(qkv, 3, axis=-1)]
-    # Padding keys are zeros here but get the -10000 bias, as in `call`.
-    context = self._attend(query, key, value, mask, training, project=False)
-    # [B, T, H] -> [N, H]: the output projection runs on the tokens only.
-    return self.output_dense(packing_lib.pack(context, tokens))
+    dtype = self.compute_dtype
+    batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
+    scale = 1.0 / math.sqrt(self.head_size)
+
+    def heads(layer, perm, factor=None):
+      # [N, H] -> [B, T, H] -> [B, T, N, D] -> `perm`. Padding rows hold
+      # some token's values: as keys they get the -10000 bias below (zero
+      # weight), as queries their context is dropped by the final gather.
+      kernel, bias = layer.kernel, layer.bias
+      if factor is not None:  # 1/sqrt(D) folded into the query's weights.
+        kernel, bias = kernel * factor, bias * factor
+      rows = ops.add(ops.matmul(x, ops.cast(kernel, dtype)),
+                     ops.cast(bias, dtype))
+      rows = packing_lib.unpack(rows, slots, mask, zero_padding=False)
+      return ops.transpose(self._split_heads(rows), perm)
+
+    query = heads(self.query, (0, 2, 1, 3), scale)  # [B, N, T, D]
+    key = heads(self.key, (0, 2, 3, 1))  # [B, N, D, S]
+    value = heads(self.value, (0, 2, 1, 3))  # [B, N, S, D]
+    scores = ops.cast(ops.matmul(query, key), "float32")  # [B, N, T, S]
+    bias = (1.0 - ops.cast(mask, "float32")) * -10000.0  # [B, S]
+    probs = ops.softmax(scores + bias[:, None, None, :], axis=-1)
+    probs = self.dropout(ops.cast(probs, dtype), training=training)
+    # [B, N, T, D] -> [B, T, N, D] -> [B * T, H] -> [N, H]: the output
+    # projection runs on the tokens only.
+    context = ops.transpose(ops.matmul(probs, value), (0, 2, 1, 3))
+    context = ops.reshape(context, (batch * length, self.hidden_size))
+    return self.output_dense(ops.take(context, tokens, axis=0))
 
   def _attend(self, query, key, value, mask, training, project=True):
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.

@@ -147,8 +147,10 @@ def feed_forward(x, w1, b1, w2, b2, hidden_act, kernels):
     rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
     return ops.reshape(_fast_gelu_feed_forward(rows, w1, b1, w2, b2),
                        ops.shape(x))
-  hidden = activations.get(hidden_act)(ops.matmul(x, w1) + b1)  # [..., I]
-  return ops.matmul(hidden, w2) + b2
+  # ops.add, not +: on TensorFlow a bias added by ops.add is a BiasAdd,
+  # which TF fuses into the matmul (Keras's Dense does the same).
+  hidden = activations.get(hidden_act)(ops.add(ops.matmul(x, w1), b1))
+  return ops.add(ops.matmul(hidden, w2), b2)  # [..., I] -> [..., H]
 
 
 @_custom_gradient

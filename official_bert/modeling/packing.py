@@ -40,9 +40,18 @@ def pack(x, tokens):
   return ops.take(ops.reshape(x, (-1, ops.shape(x)[-1])), tokens, axis=0)
 
 
-def unpack(packed, slots, mask):
-  """[N, D] -> [B, T, D] laid out as `mask` ([B, T]), zeros at padding."""
-  zeros = ops.zeros((1, ops.shape(packed)[-1]), packed.dtype)
-  rows = ops.take(ops.concatenate([packed, zeros], axis=0), slots, axis=0)
+def unpack(packed, slots, mask, zero_padding=True):
+  """[N, D] -> [B, T, D] laid out as `mask` ([B, T]).
+
+  Padding positions get zeros, or with `zero_padding=False` a copy of some
+  token's row: for a caller that masks them anyway (attention's keys get the
+  -10000 bias), which saves copying `packed` to append the zero row.
+  """
+  if zero_padding:
+    zeros = ops.zeros((1, ops.shape(packed)[-1]), packed.dtype)
+    rows = ops.take(ops.concatenate([packed, zeros], axis=0), slots, axis=0)
+  else:
+    last = ops.shape(packed)[0] - 1
+    rows = ops.take(packed, ops.minimum(slots, last), axis=0)
   batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
   return ops.reshape(rows, (batch, length, ops.shape(packed)[-1]))
