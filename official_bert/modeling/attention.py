@@ -123,7 +123,7 @@ class SelfAttention(keras.layers.Layer):
     context = ops.reshape(context, (batch * length, self.hidden_size))
     return self.output_dense(ops.take(context, tokens, axis=0))
 
-  def _attend(self, query, key, value, mask, training, project=True):
+  def _attend(self, query, key, value, mask, training):
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.
     scores = ops.einsum("btnd,bsnd->bnts", query, key)
     scores = ops.cast(scores, "float32") / math.sqrt(self.head_size)
@@ -136,7 +136,7 @@ class SelfAttention(keras.layers.Layer):
     context = ops.einsum("bnts,bsnd->btnd", probs, value)
     batch, length = ops.shape(query)[0], ops.shape(query)[1]
     context = ops.reshape(context, (batch, length, self.hidden_size))
-    return self.output_dense(context) if project else context
+    return self.output_dense(context)
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape[0])
