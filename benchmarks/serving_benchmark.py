@@ -62,6 +62,11 @@ def _define_flags():
                     "with --weights_dtype=bfloat16 and print how far its "
                     "outputs are from float32's (not timed: this CPU has no "
                     "bfloat16 instructions).")
+  flags.DEFINE_bool("onednn", True, "Set TF_ENABLE_ONEDNN_OPTS=1 for this "
+                    "process (TensorFlow's oneDNN graph rewrites: bias, "
+                    "GELU and residual adds fused into the matmuls). "
+                    "TensorFlow turns them on by itself only on some Intel "
+                    "CPUs; --noonednn sets 0, TensorFlow's default here.")
   flags.DEFINE_integer("threads", 0, "Threads per op for every peer (TF "
                        "intra_op and inter_op, torch, ONNX Runtime intra_op);"
                        " 0: each library's default (TF Serving's too).")
@@ -315,6 +320,8 @@ def main(argv):
   del argv
   args = flags.FLAGS
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  # Read once, when TensorFlow loads: before the import.
+  os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn else "0"
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
   import torch  # pylint: disable=g-import-not-at-top
@@ -331,7 +338,8 @@ def main(argv):
         f"{os.getloadavg()[0]:.1f}; threads: "
         f"{args.threads or 'library defaults'} (torch "
         f"{torch.get_num_threads()}); {len(short)} short texts, {len(long)} "
-        f"long; {rounds} interleaved rounds", flush=True)
+        f"long; {rounds} interleaved rounds; TF_ENABLE_ONEDNN_OPTS="
+        f"{os.environ['TF_ENABLE_ONEDNN_OPTS']}", flush=True)
   work_dir = args.work_dir or tempfile.mkdtemp(prefix="serving_benchmark.")
   try:
     for name in models:

@@ -142,7 +142,10 @@ def test_saved_model_cli_run_matches_keras(exported, served, tmp_path):
   # saved_model_cli's own main in a fresh process, with TF Text's kernels
   # registered first (as tensorflow_model_server links them in); it loads
   # the graph the TF1 way TF Serving does (session + restore op). Two runs
-  # in one process: serving_default and fill_mask.
+  # in one process: serving_default and fill_mask. TensorFlow's oneDNN
+  # rewrites on (TF_ENABLE_ONEDNN_OPTS=1, as the README advises for CPU
+  # serving): the fused matmul + bias + GELU / residual-add kernels must give
+  # the same outputs.
   texts = TEXTS[:2]
   masked = ["the [MASK] sat on the mat"]
   runs = [["saved_model_cli", "run", "--dir", exported["path"], "--tag_set",
@@ -151,6 +154,8 @@ def test_saved_model_cli_run_matches_keras(exported, served, tmp_path):
           for name, inputs in (("serving_default", texts),
                                ("fill_mask", masked))]
   code = ("import sys, tensorflow_text\n"
+          "from tensorflow.python.util import _pywrap_util_port\n"
+          "assert _pywrap_util_port.IsMklEnabled(), 'oneDNN rewrites off'\n"
           "from tensorflow.python.tools.saved_model_cli import main\n"
           f"for argv in {runs!r}:\n"
           "  sys.argv = argv\n"
@@ -159,7 +164,7 @@ def test_saved_model_cli_run_matches_keras(exported, served, tmp_path):
           "  except SystemExit as e:\n"
           "    if e.code:\n"
           "      raise\n")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_ENABLE_ONEDNN_OPTS="1")
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
                         text=True, timeout=300, env=env)
   assert proc.returncode == 0, proc.stderr[-3000:]
