@@ -32,7 +32,7 @@ batching that need one fixed shape). At the token positions both give the
 same values.
 
 With `remove_padding` (the default for a model whose call takes it, as
-`BertEncoder`), the model's position-wise work runs on the tokens only
+`BertEncoder` and the fine-tuned models of `finetuning_models.py`), the model's position-wise work runs on the tokens only
 (see `official_bert/modeling/packing.py`): a request of texts of different
 lengths costs about its tokens, not B x T. The outputs are the same at the
 token positions; `sequence_output` is 0 at padding positions.
@@ -221,7 +221,8 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     takes_it = takes_remove_padding(model)
     if remove_padding and not takes_it:
       raise ValueError(f"remove_padding=True needs a model whose call takes "
-                       f"remove_padding (a BertEncoder); "
+                       f"remove_padding (a BertEncoder or a fine-tuned "
+                       f"model of finetuning_models.py); "
                        f"{type(model).__name__}'s does not: pass "
                        f"remove_padding=False")
     self._remove_padding = takes_it if remove_padding is None else bool(

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from export import serving
 from official_bert.training import checkpoints
 from official_bert.modeling import finetuning_models
 from official_bert.modeling import pretrainer as pretrainer_lib
@@ -55,6 +56,27 @@ def test_span_labeler_masks_padding_and_token_classifier_shapes():
   assert tagger(x, training=False).shape == (testing.BATCH, testing.SEQ, 6)
   with pytest.raises(ValueError, match="num_classes must be at least 1, got 0"):
     finetuning_models.BertClassifier.from_bert_config(testing.tiny_config(), 0)
+
+
+@pytest.mark.parametrize("cls", [finetuning_models.BertClassifier,
+                                 finetuning_models.BertSpanLabeler,
+                                 finetuning_models.BertTokenClassifier])
+def test_remove_padding_gives_the_same_outputs_at_the_tokens(cls):
+  # What the serving export runs (it passes remove_padding=True to a model
+  # whose call takes it): the rows' lengths differ, so a mixed-up gather
+  # cannot pass.
+  keras.utils.set_random_seed(2)
+  model = cls.from_bert_config(testing.tiny_config(), num_classes=2)
+  assert serving.takes_remove_padding(model)
+  x = testing.random_inputs(lengths=[7, 2, 4])
+  want = tf.nest.flatten(model(x, training=False))
+  got = tf.nest.flatten(model(x, training=False, remove_padding=True))
+  tokens = x["input_mask"] == 1
+  for g, w in zip(got, want):
+    g, w = np.asarray(g), np.asarray(w)
+    if w.ndim > 1 and w.shape[1] == tokens.shape[1]:  # [B, T, ...]
+      g, w = g[tokens], w[tokens]
+    np.testing.assert_allclose(g, w, atol=1e-5)
 
 
 def test_fine_tuned_checkpoint_round_trip_and_init_from_pretrainer(tmp_path):

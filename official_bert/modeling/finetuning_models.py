@@ -91,7 +91,9 @@ class BertClassifier(_FineTuningModel):
     dropout_rate: dropout on the pooled output; default the encoder's
       `hidden_dropout_prob`.
 
-  Inputs: the encoder's dict (int32 [B, T] each).
+  Inputs: the encoder's dict (int32 [B, T] each). `remove_padding=True`
+    (inference, what the serving export passes): the encoder's
+    position-wise work on the tokens only, the same logits.
   Output: float32 logits [B, C].
 
       model = BertClassifier.from_bert_config(testing.tiny_config(), 3)
@@ -104,8 +106,9 @@ class BertClassifier(_FineTuningModel):
     kwargs.setdefault("name", "bert_classifier")
     super().__init__(encoder, num_classes, dropout_rate, **kwargs)
 
-  def call(self, inputs, training=None):
-    pooled = self.encoder(_encoder_inputs(inputs), training=training)[
+  def call(self, inputs, training=None, remove_padding=False):
+    pooled = self.encoder(_encoder_inputs(inputs), training=training,
+                          remove_padding=remove_padding)[
         "pooled_output"]                                       # [B, H]
     logits = self.classifier(self.dropout(pooled, training=training))
     return ops.cast(logits, "float32")                         # [B, C]
@@ -122,7 +125,9 @@ class BertSpanLabeler(_FineTuningModel):
   Args:
     encoder: a `BertEncoder`.
 
-  Inputs: the encoder's dict (int32 [B, T] each).
+  Inputs: the encoder's dict (int32 [B, T] each). `remove_padding=True`
+    (inference): the encoder's position-wise work on the tokens only, the
+    same logits at the tokens.
   Output: dict `start_logits`, `end_logits`, float32 [B, T].
 
       model = BertSpanLabeler.from_bert_config(testing.tiny_config())
@@ -142,8 +147,9 @@ class BertSpanLabeler(_FineTuningModel):
   def from_bert_config(cls, config, num_classes=2, kernels="keras", **kwargs):
     return super().from_bert_config(config, num_classes, kernels, **kwargs)
 
-  def call(self, inputs, training=None):
-    sequence = self.encoder(_encoder_inputs(inputs), training=training)[
+  def call(self, inputs, training=None, remove_padding=False):
+    sequence = self.encoder(_encoder_inputs(inputs), training=training,
+                            remove_padding=remove_padding)[
         "sequence_output"]                                     # [B, T, H]
     logits = ops.cast(self.classifier(
         self.dropout(sequence, training=training)), "float32")  # [B, T, 2]
@@ -163,7 +169,9 @@ class BertTokenClassifier(_FineTuningModel):
     num_classes: number of token labels.
     dropout_rate: default the encoder's `hidden_dropout_prob`.
 
-  Inputs: the encoder's dict (int32 [B, T] each).
+  Inputs: the encoder's dict (int32 [B, T] each). `remove_padding=True`
+    (inference): the encoder's position-wise work on the tokens only, the
+    same logits at the tokens (at padding positions: the bias alone).
   Output: float32 logits [B, T, C].
 
       model = BertTokenClassifier.from_bert_config(testing.tiny_config(), 5)
@@ -174,8 +182,9 @@ class BertTokenClassifier(_FineTuningModel):
     kwargs.setdefault("name", "bert_token_classifier")
     super().__init__(encoder, num_classes, dropout_rate, **kwargs)
 
-  def call(self, inputs, training=None):
-    sequence = self.encoder(_encoder_inputs(inputs), training=training)[
+  def call(self, inputs, training=None, remove_padding=False):
+    sequence = self.encoder(_encoder_inputs(inputs), training=training,
+                            remove_padding=remove_padding)[
         "sequence_output"]                                     # [B, T, H]
     logits = self.classifier(self.dropout(sequence, training=training))
     return ops.cast(logits, "float32")                         # [B, T, C]
