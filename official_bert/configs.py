@@ -106,30 +106,37 @@ class BertConfig:
     return {**values, **extra}
 
   @classmethod
-  def from_json_file(cls, path: str) -> "BertConfig":
-    """Reads `bert_config.json`; errors name the file."""
+  def from_json_file(cls, path: str, flag: str = "") -> "BertConfig":
+    """Reads `bert_config.json`; errors name the file.
+
+    `flag` (e.g. "--bert_config_file"): a program's flag that gave `path`;
+    its errors then read "--bert_config_file=PATH ...", ready to print.
+    """
+    subject = f"{flag}={path}" if flag else f"bert_config_file {path}"
     try:
       with open(path, encoding="utf-8") as f:
         values = json.load(f)
     except FileNotFoundError:
-      raise ValueError(f"bert_config_file {path} does not exist; pass the "
+      raise ValueError(f"{subject} does not exist; pass the "
                        "bert_config.json of your model") from None
     except json.JSONDecodeError as e:
-      raise ValueError(f"bert_config_file {path} is not valid JSON: {e}") from None
+      raise ValueError(f"{subject} is not valid JSON ({e}); fix it or pass "
+                       "the bert_config.json of your model") from None
     except UnicodeDecodeError as e:  # a binary file, or another encoding
-      raise ValueError(f"bert_config_file {path} is not UTF-8 text (byte "
+      raise ValueError(f"{subject} is not UTF-8 text (byte "
                        f"{e.start}); pass the bert_config.json of your "
                        "model") from None
     if not isinstance(values, dict):
-      raise ValueError(f"bert_config_file {path} must hold a JSON object")
+      raise ValueError(f"{subject} must hold a JSON object; pass the "
+                       "bert_config.json of your model")
     missing = [f.name for f in dataclasses.fields(cls)
                if f.name != "extra" and f.name not in values]
     if missing:
-      raise ValueError(f"bert_config_file {path} lacks the keys {missing}")
+      raise ValueError(f"{subject} lacks the keys {missing}")
     try:
       return cls.from_dict(values)
     except ValueError as e:
-      raise ValueError(f"{path}: {e}") from None
+      raise ValueError(f"{subject}: {e}") from None
 
   def to_json_file(self, path: str) -> None:
     """Writes the config atomically (temporary file, then rename)."""

@@ -132,7 +132,8 @@ def main(argv):
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
 
   try:
-    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file)
+    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file,
+                                               "--bert_config_file")
     layers = parse_layers(FLAGS.layers, config.num_hidden_layers)
     if FLAGS.max_seq_length > config.max_position_embeddings:
       raise ValueError(f"--max_seq_length={FLAGS.max_seq_length} exceeds "

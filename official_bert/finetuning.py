@@ -190,9 +190,10 @@ def load_config_and_vocab():
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   try:
-    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file)
+    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file,
+                                               "--bert_config_file")
   except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
-    raise app.UsageError(f"--bert_config_file {FLAGS.bert_config_file}: {e}")
+    raise app.UsageError(str(e))
   try:
     tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file,
                                            FLAGS.do_lower_case)

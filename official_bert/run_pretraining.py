@@ -214,9 +214,10 @@ def main(argv):
   if FLAGS.num_cpu_devices > 1:
     distribution.split_cpu(FLAGS.num_cpu_devices)
   try:
-    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file)
+    config = configs.BertConfig.from_json_file(FLAGS.bert_config_file,
+                                               "--bert_config_file")
   except (ValueError, TypeError, KeyError) as e:
-    raise app.UsageError(f"--bert_config_file {FLAGS.bert_config_file}: {e}")
+    raise app.UsageError(str(e))
   if FLAGS.max_seq_length > config.max_position_embeddings:
     raise app.UsageError(
         f"--max_seq_length={FLAGS.max_seq_length} exceeds max_position_"

@@ -130,7 +130,7 @@ def _program_cases(root):
           ["-m", "official_bert.run_squad", "--do_predict",
            f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
            f"--bert_config_file={root}/binary", f"--vocab_file={vocab}"],
-          "run_squad", f"bert_config_file {root}/binary is not UTF-8 text"),
+          "run_squad", f"--bert_config_file={root}/binary is not UTF-8 text"),
       # Read after TensorFlow starts: the output directory must not be made
       # before it (it was, empty).
       "run_squad bert_config is truncated": (
@@ -138,7 +138,7 @@ def _program_cases(root):
            f"--predict_file={root}/squad.json", f"--output_dir={out}/s",
            f"--bert_config_file={root}/truncated.json",
            f"--vocab_file={vocab}"],
-          "run_squad", f"bert_config_file {root}/truncated.json is not "
+          "run_squad", f"--bert_config_file={root}/truncated.json is not "
           "valid JSON"),
       # The checkpoint is read after TensorFlow starts: flags.json and
       # bert_config.json must not be written into --output_dir before it.
