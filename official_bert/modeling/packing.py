@@ -6,7 +6,8 @@ docs/performance.md). Dense layers, LayerNorm and the feed-forward network
 treat every position alone, so they can run on the tokens only, packed into
 [N, H]; only attention needs the [B, T] layout, for its scores and context.
 This is the "remove padding" of NVIDIA FasterTransformer (the "effective
-transformer"); here it is two gathers per block, in keras.ops.
+transformer"); here it is gathers in keras.ops (attention gathers q, k
+and v into [B, T] and its context back).
 
     tokens, slots = pack_indices(mask)      # [N], [B * T]
     packed = pack(x, tokens)                # [B, T, H] -> [N, H]
