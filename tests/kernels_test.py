@@ -253,3 +253,32 @@ def test_keras_kernels_trace_no_custom_gradient():
     # fast: per block 2 LayerNorms + the feed-forward network; the
     # embeddings' LayerNorm; the head's GELU and LayerNorm; scores and bias.
     assert len(custom) == expected, (kernel, [op.name for op in custom])
+
+
+
+def test_feed_forward_column_blocks_are_the_same_network():
+  # Blocks of 768 columns from 3072 (BERT-Base's 4 blocks); none below.
+  assert [kernels.inference_column_blocks(i) for i in (1536, 3072, 4096,
+                                                        3000)] == [1, 4, 1, 1]
+  rng = np.random.default_rng(5)
+  inputs = [tf.constant(a) for a in (
+      _normal(rng, (3, 7, H), 2.0), _normal(rng, (H, 4 * I), 0.5),
+      _normal(rng, (4 * I,), 0.5), _normal(rng, (4 * I, H), 0.5),
+      _normal(rng, (H,), 0.5))]
+  want = _value_and_grads(
+      lambda *a: kernels.feed_forward(*a[:-1], "gelu", a[-1]), inputs,
+      "keras", 0)
+  got = _value_and_grads(
+      lambda *a: kernels.feed_forward(*a[:-1], "gelu", a[-1],
+                                      column_blocks=4), inputs, "keras", 0)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+  # The layer blocks at inference only: a BERT-Base-wide FeedForward gives
+  # the same value either way.
+  ffn = feed_forward.FeedForward(H, 3072, kernels="keras")
+  ffn.build((3, 7, H))
+  x = inputs[0]
+  np.testing.assert_allclose(ffn(x), ffn(x, training=True), rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(ffn(x), ffn.output_dense(ffn.intermediate(x)),
+                             rtol=1e-5, atol=1e-5)

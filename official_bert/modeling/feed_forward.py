@@ -26,7 +26,9 @@ class FeedForward(keras.layers.Layer):
     initializer_range: stddev of the truncated-normal initializer.
     kernels: "fast" or "keras" (see `kernels.py`).
 
-  Input: float [..., H]. Output: float [..., H].
+  Input: float [..., H] (and `training`: at inference a network of >= 3072
+    columns runs in blocks, `kernels.inference_column_blocks`). Output:
+    float [..., H].
 
   Example:
     >>> ffn = FeedForward(32, 37)
@@ -61,14 +63,17 @@ class FeedForward(keras.layers.Layer):
     self.output_dense.build(input_shape[:-1] + (self.intermediate_size,))
     self.built = True
 
-  def call(self, x):
+  def call(self, x, training=None):
     dtype = self.compute_dtype
     w1, b1, w2, b2 = [ops.cast(w, dtype) for w in (
         self.intermediate.kernel, self.intermediate.bias,
         self.output_dense.kernel, self.output_dense.bias)]
+    # Inference only: column blocks (same value; training keeps one matmul).
+    blocks = 1 if training else kernels_lib.inference_column_blocks(
+        self.intermediate_size)
     # [..., H] -> [..., I] -> [..., H]
     return kernels_lib.feed_forward(ops.cast(x, dtype), w1, b1, w2, b2,
-                                    self.hidden_act, self.kernels)
+                                    self.hidden_act, self.kernels, blocks)
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape)

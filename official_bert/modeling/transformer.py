@@ -113,7 +113,8 @@ class TransformerBlock(keras.layers.Layer):
       x = queries
     attended = self.attention_dropout(attended, training=training)
     x = self.attention_layer_norm(x + attended)
-    y = self.output_dropout(self.feed_forward(x), training=training)
+    y = self.output_dropout(self.feed_forward(x, training=training),
+                            training=training)
     return self.output_layer_norm(x + y)
 
   def compute_output_shape(self, input_shape):
