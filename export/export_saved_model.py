@@ -42,6 +42,9 @@ def main(argv):
   print("export_saved_model: " + json.dumps(
       {name: FLAGS[name].value for name in _FLAG_NAMES}, sort_keys=True),
         flush=True)
+  # Before the checkpoint is restored: a path that cannot be written fails
+  # now, not after the restore (nothing is created here).
+  cli.check_output_dir("export_dir", FLAGS.export_dir, create=False)
   try:
     path = serving.export_pretrained(
         FLAGS.export_dir, FLAGS.bert_config_file, FLAGS.init_checkpoint,

@@ -70,6 +70,9 @@ def main(argv):
   print("export_tfhub: " + json.dumps(
       {name: FLAGS[name].value for name in _FLAG_NAMES}, sort_keys=True),
         flush=True)
+  # Before the checkpoint is restored: a path that cannot be written fails
+  # now, not after the restore (nothing is created here).
+  cli.check_output_dir("export_dir", FLAGS.export_dir, create=False)
   try:
     encoder_path, preprocessor_path, has_mlm = export_tfhub(
         FLAGS.bert_config_file, FLAGS.init_checkpoint, FLAGS.vocab_file,

@@ -250,9 +250,10 @@ def test_program_permission_error_is_one_sentence_last(root, case):
 
 @pytest.mark.slow
 def test_programs_that_import_tensorflow_first(root):
-  """The exporters' unwritable --export_dir and convert_checkpoint's
-  --source in an unreadable directory ("does not exist" before), all at
-  once: each of these imports TensorFlow before its checks (~4 s)."""
+  """The exporters' unwritable --export_dir (checked before the checkpoint
+  is restored) and convert_checkpoint's --source in an unreadable directory
+  ("does not exist" before), all at once: each of these imports TensorFlow
+  before its checks (~4 s)."""
   if UNPRIVILEGED and not shutil.which("setpriv"):
     pytest.skip("running as root without setpriv")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=testing.ROOT)
@@ -262,11 +263,13 @@ def test_programs_that_import_tensorflow_first(root):
       "export_tfhub": (["-m", "export.export_tfhub"] + model +
                        [f"--export_dir={root}/read_only/hub",
                         "--seq_length=7"],
-                       f"{root}/read_only/hub: Permission denied"),
+                       f"--export_dir={root}/read_only/hub: {root}/read_only "
+                       "is not writable"),
       "export_saved_model": (["-m", "export.export_saved_model"] + model +
                              [f"--export_dir={root}/read_only/serving",
                               "--max_seq_length=7"],
-                             f"{root}/read_only/serving: Permission denied"),
+                             f"--export_dir={root}/read_only/serving: "
+                             f"{root}/read_only is not writable"),
       "convert_checkpoint": (["-m", "official_bert.convert_checkpoint",
                               f"--source={root}/locked/ckpt",
                               f"--output_dir={root}/out/cv"],
