@@ -94,49 +94,52 @@ class SelfAttention(keras.layers.Layer):
 
   def _call_packed(self, x, mask, packing, training):
     tokens, slots = packing
-    dtype = self.compute_dtype
     batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
-    scale = 1.0 / math.sqrt(self.head_size)
 
-    def heads(layer, perm, factor=None):
+    def heads(rows, perm):
       # [N, H] -> [B, T, H] -> [B, T, N, D] -> `perm`. Padding rows hold
-      # some token's values: as keys they get the -10000 bias below (zero
-      # weight), as queries their context is dropped by the final gather.
-      kernel, bias = layer.kernel, layer.bias
-      if factor is not None:  # 1/sqrt(D) folded into the query's weights.
-        kernel, bias = kernel * factor, bias * factor
-      rows = ops.add(ops.matmul(x, ops.cast(kernel, dtype)),
-                     ops.cast(bias, dtype))
+      # some token's values: as keys they get the -10000 bias (zero weight),
+      # as queries their context is dropped by the final `pack`.
       rows = packing_lib.unpack(rows, slots, mask, zero_padding=False)
       return ops.transpose(self._split_heads(rows), perm)
 
-    query = heads(self.query, (0, 2, 1, 3), scale)  # [B, N, T, D]
-    key = heads(self.key, (0, 2, 3, 1))  # [B, N, D, S]
-    value = heads(self.value, (0, 2, 1, 3))  # [B, N, S, D]
+    # 1/sqrt(D) folded into the query's kernel and bias, not a pass over
+    # the scores.
+    scale = 1.0 / math.sqrt(self.head_size)
+    dtype = self.compute_dtype
+    query = ops.add(
+        ops.matmul(x, ops.cast(self.query.kernel * scale, dtype)),
+        ops.cast(self.query.bias * scale, dtype))
+    query = heads(query, (0, 2, 1, 3))  # [B, N, T, D]
+    key = heads(self.key(x), (0, 2, 3, 1))  # [B, N, D, S]
+    value = heads(self.value(x), (0, 2, 1, 3))  # [B, N, S, D]
     scores = ops.cast(ops.matmul(query, key), "float32")  # [B, N, T, S]
-    bias = (1.0 - ops.cast(mask, "float32")) * -10000.0  # [B, S]
-    probs = ops.softmax(scores + bias[:, None, None, :], axis=-1)
-    probs = self.dropout(ops.cast(probs, dtype), training=training)
-    # [B, N, T, D] -> [B, T, N, D] -> [B * T, H] -> [N, H]: the output
+    probs = self._probabilities(scores, mask, training)
+    # [B, N, T, D] -> [B, T, N, D] -> [B, T, H] -> [N, H]: the output
     # projection runs on the tokens only.
     context = ops.transpose(ops.matmul(probs, value), (0, 2, 1, 3))
-    context = ops.reshape(context, (batch * length, self.hidden_size))
-    return self.output_dense(ops.take(context, tokens, axis=0))
+    context = ops.reshape(context, (batch, length, self.hidden_size))
+    return self.output_dense(packing_lib.pack(context, tokens))
 
   def _attend(self, query, key, value, mask, training):
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.
     scores = ops.einsum("btnd,bsnd->bnts", query, key)
     scores = ops.cast(scores, "float32") / math.sqrt(self.head_size)
-    # [B, S] -> [B, 1, 1, S]: masked keys get -10000, as the original.
-    bias = (1.0 - ops.cast(mask, "float32")) * -10000.0
-    scores = scores + bias[:, None, None, :]
-    probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-    probs = self.dropout(probs, training=training)
+    probs = self._probabilities(scores, mask, training)
     # [B, N, T, S] x [B, S, N, D] -> [B, T, N, D] -> [B, T, H]
     context = ops.einsum("bnts,bsnd->btnd", probs, value)
     batch, length = ops.shape(query)[0], ops.shape(query)[1]
     context = ops.reshape(context, (batch, length, self.hidden_size))
     return self.output_dense(context)
+
+  def _probabilities(self, scores, mask, training):
+    """Scaled float32 scores [B, N, T, S] -> attention probabilities in the
+    compute dtype, after dropout. Keys where `mask` [B, S] is 0 get -10000
+    before the softmax, as the original."""
+    bias = (1.0 - ops.cast(mask, "float32")) * -10000.0  # [B, S]
+    probs = ops.softmax(scores + bias[:, None, None, :], axis=-1)
+    return self.dropout(ops.cast(probs, self.compute_dtype),
+                        training=training)
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape[0])
