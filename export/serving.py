@@ -32,8 +32,9 @@ batching that need one fixed shape). At the token positions both give the
 same values.
 
 With `remove_padding` (the default for a model whose call takes it, as
-`BertEncoder` and the fine-tuned models of `finetuning_models.py`), the model's position-wise work runs on the tokens only
-(see `official_bert/modeling/packing.py`): a request of texts of different
+`BertEncoder` and the fine-tuned models of `finetuning_models.py`), the
+model's position-wise work runs on the tokens only (see
+`official_bert/modeling/packing.py`): a request of texts of different
 lengths costs about its tokens, not B x T. The outputs are the same at the
 token positions; `sequence_output` is 0 at padding positions.
 

@@ -89,12 +89,19 @@ def blocked_by(path):
   missing although it may exist), or None."""
   if not path or _remote(path):
     return None
-  parent = os.path.dirname(os.path.abspath(path))
-  while parent and not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if parent and os.path.isdir(parent) and not os.access(parent, os.X_OK):
+  parent = _existing_ancestor(path)
+  if os.path.isdir(parent) and not os.access(parent, os.X_OK):
     return parent
   return None
+
+
+def _existing_ancestor(path):
+  """The nearest existing path above `path` (a directory, or a file in the
+  way; at worst the root)."""
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  return parent
 
 
 def missing(flag, path):
@@ -140,9 +147,7 @@ def check_input_dir(flag, path):
 
 def _writable_parent(flag, path, what):
   """The nearest existing ancestor of `path` must be a writable directory."""
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
+  parent = _existing_ancestor(path)
   if not os.path.isdir(parent):
     raise Error(f"--{flag}={path}: {parent} is a file, so the {what} cannot "
                 "be created there; choose another path.")

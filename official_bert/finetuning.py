@@ -153,10 +153,10 @@ def check_flags(data_paths=None, mode_paths=None):
 def check_path(flag, path, kind):
   """`path` exists, is a `kind` ("file" or "dir") and is readable."""
   if not os.path.exists(path):
-    if cli.blocked_by(path):
-      raise app.UsageError(f"{flag} {path} cannot be reached: "
-                           f"{cli.blocked_by(path)} is not readable; fix its "
-                           "permissions.")
+    blocked = cli.blocked_by(path)
+    if blocked:
+      raise app.UsageError(f"{flag} {path} cannot be reached: {blocked} is "
+                           "not readable; fix its permissions.")
     raise app.UsageError(f"{flag} {path} does not exist.")
   if kind == "dir" and not os.path.isdir(path):
     raise app.UsageError(f"{flag} {path} is a file; pass the directory that "
