@@ -73,12 +73,16 @@ def root(tmp_path_factory):
   shutil.copytree(os.path.join(testing.TESTDATA, "main_ckpt"), r / "ckpt")
   shutil.copytree(os.path.join(testing.TESTDATA, "main_ckpt"),
                   r / "locked" / "ckpt")
+  shutil.copytree(os.path.join(testing.TESTDATA, "main_ckpt"),
+                  r / "locked_ckpt")
+  os.chmod(r / "locked_ckpt", 0)
   os.chmod(r / "locked", 0)
   (r / "read_only").mkdir()
   os.chmod(r / "read_only", 0o555)
   (r / "out").mkdir()
   yield r
   os.chmod(r / "locked", 0o755)
+  os.chmod(r / "locked_ckpt", 0o755)
   os.chmod(r / "read_only", 0o755)
 
 
@@ -251,9 +255,10 @@ def test_program_permission_error_is_one_sentence_last(root, case):
 @pytest.mark.slow
 def test_programs_that_import_tensorflow_first(root):
   """The exporters' unwritable --export_dir (checked before the checkpoint
-  is restored) and convert_checkpoint's --source in an unreadable directory
-  ("does not exist" before), all at once: each of these imports TensorFlow
-  before its checks (~4 s)."""
+  is restored), their --init_checkpoint in or being an unreadable directory
+  ("not found" and "holds no checkpoint" before), and convert_checkpoint's
+  --source in an unreadable directory ("does not exist" before), all at
+  once: each of these imports TensorFlow before its checks (~4 s)."""
   if UNPRIVILEGED and not shutil.which("setpriv"):
     pytest.skip("running as root without setpriv")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=testing.ROOT)
@@ -270,20 +275,31 @@ def test_programs_that_import_tensorflow_first(root):
                               "--max_seq_length=7"],
                              f"--export_dir={root}/read_only/serving: "
                              f"{root}/read_only is not writable"),
+      "export_saved_model hidden checkpoint": (
+          ["-m", "export.export_saved_model"] + model[:1] +
+          [f"--init_checkpoint={root}/locked/ckpt", model[2],
+           f"--export_dir={root}/out/serving", "--max_seq_length=7"],
+          f"checkpoint {root}/locked/ckpt cannot be reached: {root}/locked "
+          "is not readable"),
+      "export_tfhub unreadable checkpoint": (
+          ["-m", "export.export_tfhub"] + model[:1] +
+          [f"--init_checkpoint={root}/locked_ckpt", model[2],
+           f"--export_dir={root}/out/hub", "--seq_length=7"],
+          f"checkpoint directory {root}/locked_ckpt is not readable"),
       "convert_checkpoint": (["-m", "official_bert.convert_checkpoint",
                               f"--source={root}/locked/ckpt",
                               f"--output_dir={root}/out/cv"],
                              f"--source={root}/locked/ckpt cannot be "
                              f"reached: {root}/locked is not readable"),
   }
-  procs = {program: subprocess.Popen(
+  procs = {case: subprocess.Popen(
       UNPRIVILEGED + [sys.executable] + args, cwd=testing.ROOT, env=env,
       text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-           for program, (args, _) in cases.items()}
-  for program, proc in procs.items():
+           for case, (args, _) in cases.items()}
+  for case, proc in procs.items():
     output, _ = proc.communicate(timeout=300)
     testing.assert_one_sentence_last(
         proc.returncode, [l for l in output.splitlines() if l.strip()],
-        program, cases[program][1])
+        case.split()[0], cases[case][1])
   assert os.listdir(root / "read_only") == [] and os.listdir(
       root / "out") == []
