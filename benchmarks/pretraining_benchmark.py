@@ -46,6 +46,11 @@ flags.DEFINE_integer("repeats", 3, "Timed loops per configuration, taken in "
                      "turns with the others (best kept).")
 flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
                   "official_bert's kernels (as run_pretraining's --kernels).")
+flags.DEFINE_bool("bfc", True, "TensorFlow's BFC CPU allocator, as the "
+                  "training programs choose it (official_bert/training/"
+                  "cpu_allocator.py); the process's setting, so keras-hub "
+                  "runs with it too. --nobfc: TensorFlow's default "
+                  "allocator.")
 flags.DEFINE_list("configs", ["ours", "ours_xla", "hub", "hub_xla",
                               "ours_bf16", "ours_bf16_xla"],
                   "Configurations to run: ours[_bf16][_xla], hub[_xla].")
@@ -275,11 +280,16 @@ def hub_runner(data, jit_compile, steps):
 
 def main(argv):
   del argv
+  from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
+  os.environ[cpu_allocator.ENV] = "true" if FLAGS.bfc else "false"
+  cpu_allocator.use_bfc()  # and its memory limit
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout
   print(f"load at start: {uptime.strip()}", flush=True)
   peaks = {"float32": matmul_peak(tf.float32),
            "bfloat16": matmul_peak(tf.bfloat16)}
+  allocator = "BFC" if cpu_allocator.in_use() else "TensorFlow's default"
+  print(f"CPU allocator: {allocator} (both sides: one process)", flush=True)
   print(f"matmul peak: float32 {peaks['float32'] / 1e9:.0f} GFLOP/s, "
         f"bfloat16 {peaks['bfloat16'] / 1e9:.0f} GFLOP/s "
         f"({tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()} threads)",

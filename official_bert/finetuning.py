@@ -7,6 +7,7 @@ define their own data flags and then:
     ...
     def main(argv):
       preemption.install()
+      cpu_allocator.use_bfc()
       finetuning.check_flags(data_paths={"task_data_dir": "dir"})
       ... read and check the task's files (no TensorFlow yet) ...
       config, tokenizer = finetuning.load_config_and_vocab()

@@ -42,6 +42,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import finetuning
+from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -160,6 +161,7 @@ def _generic_task(data_dir):
 def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
+  cpu_allocator.use_bfc()  # before TensorFlow loads
   flag_name, data_dir = _data_dir()
   if not data_dir:
     raise app.UsageError("--data_dir (with --task_name) or --task_data_dir "

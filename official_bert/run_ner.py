@@ -32,6 +32,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import finetuning
+from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -107,6 +108,7 @@ def _labels(data_dir):
 def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
+  cpu_allocator.use_bfc()  # before TensorFlow loads
   finetuning.check_flags(data_paths={"task_data_dir": "dir"})
   from official_bert.tasks import ner  # pylint: disable=g-import-not-at-top
   data_dir = FLAGS.task_data_dir

@@ -23,6 +23,7 @@ from absl import app
 from absl import flags
 
 from official_bert import cli
+from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -198,6 +199,7 @@ def eval_results(sums, step):
 def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
+  cpu_allocator.use_bfc()  # before TensorFlow loads
   _check_flags()
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -277,7 +279,9 @@ def main(argv):
     _check_same_config(config, FLAGS.output_dir)
   print(f"{len(files)} input files, {replicas} replicas "
         f"({FLAGS.distribution_strategy}), {FLAGS.mixed_precision}, "
-        f"{model.count_params():,} parameters, {kernels} kernels", flush=True)
+        f"{model.count_params():,} parameters, {kernels} kernels, "
+        f"{'BFC' if cpu_allocator.in_use() else 'default'} CPU allocator",
+        flush=True)
 
   def warm_start():
     if FLAGS.init_checkpoint:

@@ -34,6 +34,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import finetuning
+from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -137,6 +138,7 @@ def evaluation(data, predictions, null_odds, step):
 def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
+  cpu_allocator.use_bfc()  # before TensorFlow loads
   _check_flags()
   # Read and check the data first (no TensorFlow yet): a bad file fails at
   # once, not after training.

@@ -211,6 +211,8 @@ def test_end_to_end_on_real_text(tmp_path):
   assert int(results["global_step"]) == steps
   # --kernels=auto without XLA: the fast kernels, for training and eval.
   assert ", fast kernels" in proc.stdout
+  # The BFC CPU allocator (training/cpu_allocator.py), set before TF loaded.
+  assert ", BFC CPU allocator" in proc.stdout
   assert json.load(open(tmp_path / "out" / "flags.json"))["kernels"] == "fast"
   # Always guessing the most frequent token ("the", ".", ...) scores ~5%;
   # 150 small steps reach it (the model has learned the unigram); going

@@ -1,0 +1,59 @@
+"""TensorFlow's BFC allocator for CPU memory, chosen before TensorFlow loads.
+
+TensorFlow's default CPU allocator hands every buffer back to `malloc` when
+its tensor dies. glibc serves a buffer of more than 32 MB with a fresh `mmap`
+and unmaps it on free, so each training step faults such buffers back in
+page by page and zeroes them: the masked-LM logits and their gradient
+([B * P, V] float32, 78 MB each for a batch of 32 x 20 predictions over a
+30,522-word vocabulary), BERT-Base's [B * T, 3072] feed-forward activations
+(50 MB at batch 32). TensorFlow's BFC allocator (the one it uses for GPU
+memory) keeps freed CPU memory for the next step instead.
+`benchmarks/pretraining_benchmark.py --bfc` / `--nobfc` measures the
+difference (docs/performance.md).
+
+The training programs call `use_bfc()` first thing in `main`, before
+TensorFlow is imported (TensorFlow reads the variable when it creates its CPU
+allocator). A user's own TF_CPU_ALLOCATOR_USE_BFC (e.g. `false`) wins.
+"""
+
+import os
+
+ENV = "TF_CPU_ALLOCATOR_USE_BFC"
+LIMIT_ENV = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
+
+
+def physical_memory_mb():
+  """This machine's RAM in MiB (None where sysconf cannot tell)."""
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 ** 20
+  except (AttributeError, ValueError, OSError):
+    return None
+
+
+def use_bfc():
+  """Turns the BFC CPU allocator on unless the user set TF_CPU_ALLOCATOR_USE_BFC.
+
+  Its limit (TensorFlow's default: 64 GiB) becomes the machine's RAM, unless
+  TF_CPU_BFC_MEM_LIMIT_IN_MB is set: the allocator should refuse nothing
+  the machine has. Returns whether BFC is requested.
+  """
+  os.environ.setdefault(ENV, "true")
+  requested = os.environ[ENV].strip().lower() in ("1", "true")
+  ram = physical_memory_mb()
+  if requested and ram:
+    os.environ.setdefault(LIMIT_ENV, str(ram))
+  return requested
+
+
+def in_use():
+  """Whether TensorFlow's CPU allocator is BFC (imports TensorFlow).
+
+  Call it after the distribution strategy is set up: asking starts
+  TensorFlow's runtime.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    tf.config.experimental.get_memory_info("CPU:0")  # only BFC keeps stats
+    return True
+  except ValueError:
+    return False
