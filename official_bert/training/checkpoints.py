@@ -35,14 +35,15 @@ def resolve(path):
   A directory without a `checkpoint` index file resolves to the
   `bert_model.ckpt` in it (google-research/bert's released model folders).
   """
-  if "://" not in path:  # a local path: say what hides it, not "not found"
-    blocked = cli.blocked_by(path)
-    if blocked:
-      raise ValueError(f"checkpoint {path} cannot be reached: {blocked} is "
-                       "not readable; check its permissions")
-    if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
-      raise ValueError(f"checkpoint directory {path} is not readable; check "
-                       "its permissions")
+  # Local paths (blocked_by skips gs:// and the like): say what hides the
+  # checkpoint, not "not found".
+  blocked = cli.blocked_by(path)
+  if blocked:
+    raise ValueError(f"checkpoint {path} cannot be reached: {blocked} is "
+                     "not readable; check its permissions")
+  if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
+    raise ValueError(f"checkpoint directory {path} is not readable; check "
+                     "its permissions")
   if tf.io.gfile.isdir(path):
     latest = tf.train.latest_checkpoint(path)
     released = os.path.join(path, "bert_model.ckpt")
