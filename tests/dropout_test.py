@@ -1,4 +1,4 @@
-"""Tests for official_bert/modeling/dropout.py (the 16-bit draws: kernels="fast")."""
+"""Tests for official_bert/modeling/dropout.py (the 16-bit draws)."""
 
 import keras
 import numpy as np
@@ -76,14 +76,18 @@ def test_noise_shape_is_keras_dropout():
   assert set(np.unique(y)) <= {0.0, 2.0}
 
 
-def test_keras_kernels_give_keras_dropout():
-  x = tf.ones((16, 32))
-  ours = dropout.Dropout(0.3, seed=9, kernels="keras")(x, training=True)
-  keras_y = keras.layers.Dropout(0.3, seed=9)(x, training=True).numpy()
-  np.testing.assert_array_equal(ours.numpy(), keras_y)
-  # With kernels="fast", the 16-bit draws: a different mask from the same seed.
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_keras_kernels_draw_the_same_mask(jit_compile):
+  x = tf.ones((16, 33))  # odd last axis: the last pair's high half unused
+  outputs = []
+  for kernels in ("fast", "keras"):
+    layer = dropout.Dropout(0.3, seed=9, kernels=kernels)
+    outputs.append(tf.function(lambda x, layer=layer: layer(x, training=True),
+                               jit_compile=jit_compile)(x).numpy())
+  np.testing.assert_array_equal(outputs[0], outputs[1])
+  # Not Keras's own draws (a float32 per element) from the same seed.
   assert not np.array_equal(
-      _fast(0.3, seed=9)(x, training=True).numpy(), keras_y)
+      outputs[1], keras.layers.Dropout(0.3, seed=9)(x, training=True).numpy())
 
 
 def test_mixed_precision_dtype():

@@ -1,12 +1,12 @@
-"""Dropout with a choice of kernels (see `kernels.dropout`).
+"""Dropout with 16-bit draws (see `kernels.dropout`).
 
 `Dropout` is Keras's layer (same arguments, the same seed-generator variable,
 so checkpoints are unchanged) whose training-time mask comes from
-`kernels.dropout`: with `kernels="keras"` it is Keras's dropout, with
-`kernels="fast"` one random int32 decides two neighbouring elements by its
+`kernels.dropout`: one random int32 decides two neighbouring elements by its
 16-bit halves (the rate rounded to a multiple of 1/65536, the expected value
-unchanged, the gradient one multiplication). With a `noise_shape` it is
-Keras's dropout either way.
+unchanged, the gradient one multiplication), read through an int16 view with
+`kernels="fast"` and split by shifts with `kernels="keras"`: the same mask
+either way. With a `noise_shape` it is Keras's dropout.
 """
 
 import keras

@@ -36,8 +36,7 @@ class BertEncoder(keras.Model):
   Args: the `bert_config.json` keys (see `configs.BertConfig`) as keyword
     arguments; `from_bert_config` builds one from a `BertConfig`. And
     `kernels`: "keras" (Keras's formulas and autodiff, the default) or "fast"
-    (written-out gradients and 16-bit dropout draws, for TensorFlow without
-    XLA), passed to every layer and saved in `get_config`; the same weights
+    (written-out gradients, for TensorFlow without XLA), passed to every layer and saved in `get_config`; the same weights
     and checkpoints either way. See `kernels.py`; a program picks it with
     `kernels.resolve`.
 

@@ -5,9 +5,9 @@ Every layer with a fast kernel takes `kernels="fast"` or `kernels="keras"`
 
     "keras"  Keras's formulas and automatic differentiation. What XLA and JAX
              compile well: they fuse the element-wise passes themselves.
-    "fast"   the same values with the gradients written out by hand and
-             cheaper dropout draws: fewer passes over the activations when
-             TensorFlow runs the ops one by one (no XLA), as on CPU.
+    "fast"   the same values with the gradients written out by hand: fewer
+             passes over the activations when TensorFlow runs the ops one by
+             one (no XLA), as on CPU.
 
 The pairs, fast | keras:
 
@@ -19,15 +19,18 @@ The pairs, fast | keras:
                   and the variance separately) | ops.layer_normalization
     mlm_logits    the table's gradient as g^T x and the bias's as a row-sum
                   matmul | matmul with the transposed table, plus the bias
-    dropout       16 random bits per element, one keep-and-scale tensor for
-                  the value and the gradient | keras.random.dropout
+    dropout       16 random bits per element, read through an int16 view of
+                  int32 draws | the same bits split by shifts (element-wise
+                  integer ops only, no bitcast between widths); the same
+                  mask from the same seed either way
     sum_rows      a sum over the leading axes as a ones-row matmul (the
                   fast gradients' bias sums) | ops.sum
 
 Invariants (tests/kernels_test.py checks every pair, value and every
 gradient): the two give the same value and the same gradients up to rounding;
-dropout keeps the same expected value, drops at the rate rounded to a
-multiple of 1/65536, and its gradient is its keep-and-scale factor; the
+dropout gives the same mask either way, keeps the expected value, drops at
+the rate rounded to a multiple of 1/65536, and its gradient is its
+keep-and-scale factor; the
 variables, and so the checkpoints, do not depend on the choice. What the fast
 kernels gain, and what they cost under XLA, is measured by
 `benchmarks/pretraining_benchmark.py` (history in docs/performance.md).
@@ -291,17 +294,21 @@ _LEVELS = 65536  # values of a 16-bit draw
 def dropout(x, rate, seed, kernels):
   """x with elements zeroed at `rate` and the rest scaled by 1 / (1 - rate).
 
-  Fast: one random int32 decides two neighbouring elements, each by its own
-  16-bit half,
+  Either kernel set: one random int32 decides two neighbouring elements, each
+  by its own 16-bit half (read as a signed int16),
 
-      keep = half >= round(rate * 65536) - 32768     (half a signed int16)
+      keep = half >= round(rate * 65536) - 32768
       y = x * where(keep, 1 / (1 - rate'), 0)        rate' = round(rate * 65536) / 65536
 
   so the rate is rounded to a multiple of 1/65536 (0.1 becomes 0.1000061)
   and the expected value of y is x exactly; the gradient is one
-  multiplication by the same keep-and-scale tensor. Keras draws a float32
-  per element and differentiates a select and a multiplication. A last axis
-  of unknown length gets Keras's dropout.
+  multiplication by the same keep-and-scale tensor. "fast" reads the halves
+  through an int16 view of the draws (the cheapest for TensorFlow's ops one
+  by one); "keras" splits them with arithmetic shifts, element-wise integer
+  ops that any backend and XLA device compiles. Both give the same mask from
+  the same seed. Keras's own `keras.random.dropout` draws a float32 per
+  element, twice the random bits (under XLA the larger part of dropout's
+  cost); a last axis of unknown length gets it.
 
   Args:
     x: the tensor (training mode; the caller skips inference and rate 0).
@@ -310,19 +317,27 @@ def dropout(x, rate, seed, kernels):
     kernels: "fast" or "keras".
   """
   last = x.shape[-1] if len(x.shape) else None
-  if kernels != "fast" or last is None:
+  if last is None:
     return keras.random.dropout(x, rate, seed=seed)
   threshold = round(rate * _LEVELS)
   if threshold >= _LEVELS:
     return ops.zeros_like(x)
   pairs = (last + 1) // 2
-  shape = tuple(ops.shape(x)[:-1]) + (pairs,)
-  bits = keras.random.randint(shape, -2**31, 2**31 - 1, dtype="int32",
-                              seed=seed)
-  halves = ops.view(bits, "int16")  # [..., 2 * pairs], each uniform
+  leading = tuple(ops.shape(x)[:-1])
+  bits = keras.random.randint(leading + (pairs,), -2**31, 2**31 - 1,
+                              dtype="int32", seed=seed)
+  bound = threshold - _LEVELS // 2  # on the signed halves
+  if kernels == "fast":
+    keep = ops.view(bits, "int16") >= bound  # [..., 2 * pairs], each uniform
+  else:
+    # The low half sign-extended, then the high half: the order of a
+    # little-endian view.
+    low = ops.right_shift(ops.left_shift(bits, 16), 16)
+    high = ops.right_shift(bits, 16)
+    keep = ops.reshape(ops.stack([low >= bound, high >= bound], axis=-1),
+                       leading + (2 * pairs,))
   if 2 * pairs != last:
-    halves = halves[..., :last]
-  keep = halves >= threshold - _LEVELS // 2
+    keep = keep[..., :last]
   scale = _LEVELS / (_LEVELS - threshold)
   factors = ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
   return x * factors
