@@ -103,13 +103,19 @@ class SelfAttention(keras.layers.Layer):
       rows = packing_lib.unpack(rows, slots, mask, zero_padding=False)
       return ops.transpose(self._split_heads(rows), perm)
 
-    # 1/sqrt(D) folded into the query's kernel and bias, not a pass over
-    # the scores.
+    # 1/sqrt(D) on the query, not a pass over the [B, N, T, S] scores: in
+    # training folded into its kernel and bias (H x H products, fewer than
+    # the N x H query for a batch); at inference, where a request is often
+    # fewer than H tokens and the weights are read afresh on every call,
+    # on the query's N x H values.
     scale = 1.0 / math.sqrt(self.head_size)
     dtype = self.compute_dtype
-    query = ops.add(
-        ops.matmul(x, ops.cast(self.query.kernel * scale, dtype)),
-        ops.cast(self.query.bias * scale, dtype))
+    if training:
+      query = ops.add(
+          ops.matmul(x, ops.cast(self.query.kernel * scale, dtype)),
+          ops.cast(self.query.bias * scale, dtype))
+    else:
+      query = ops.multiply(self.query(x), ops.cast(scale, dtype))
     query = heads(query, (0, 2, 1, 3))  # [B, N, T, D]
     key = heads(self.key(x), (0, 2, 3, 1))  # [B, N, D, S]
     value = heads(self.value(x), (0, 2, 1, 3))  # [B, N, S, D]
