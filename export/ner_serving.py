@@ -34,6 +34,7 @@ import tensorflow_text as tf_text
 
 from export import saved_model_io
 from export import serving
+from export import serving_weights
 from export import tfhub_modules
 from official_bert.data import tokenization
 from official_bert.tasks import ner
@@ -51,7 +52,11 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
     self.vocab_file = tf.saved_model.Asset(vocab_file)
     self._model = tfhub_modules.Untracked(model)
     # Tracked as plain tf.Variables (see tfhub_modules.tf_variables).
-    self.variables, _ = tfhub_modules.tf_variables(model)
+    # Plain tf.Variables, the feed-forward kernels as their column blocks
+    # (see serving_weights).
+    weights = serving_weights.ServingWeights(model)
+    self._weights = tfhub_modules.Untracked(weights)
+    self.variables = weights.variables
     self._labels = list(labels)
     self.seq_length = int(seq_length)
     serve = tf.function(
@@ -70,8 +75,9 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
                                self.seq_length)
     inputs = {name: encoded[name] for name in
               ("input_word_ids", "input_mask", "input_type_ids")}
-    logits = tf.cast(self._model.value(inputs, training=False),
-                     tf.float32)                                   # [R, T, C]
+    with self._weights.value.scope():
+      logits = tf.cast(self._model.value(inputs, training=False),
+                       tf.float32)                                 # [R, T, C]
     per_word = tf.gather_nd(logits, tf.stack(
         [encoded["word_window"], encoded["word_position"]], 1))    # [N, C]
     ids = tf.argmax(per_word, -1)                                  # [N]

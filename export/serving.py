@@ -56,6 +56,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from export import saved_model_io
+from export import serving_weights
 from export import tfhub_modules
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import heads as heads_lib
@@ -212,8 +213,11 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     self._model = tfhub_modules.Untracked(model)
     self._mlm_head = tfhub_modules.Untracked(mlm_head)
     layers = [model] + ([mlm_head] if mlm_head is not None else [])
-    # Tracked as plain tf.Variables (see tfhub_modules.tf_variables).
-    self.variables, _ = tfhub_modules.tf_variables(*layers)
+    # Tracked as plain tf.Variables (see tfhub_modules.tf_variables), the
+    # feed-forward kernels as their column blocks (see serving_weights).
+    weights = serving_weights.ServingWeights(*layers)
+    self._weights = tfhub_modules.Untracked(weights)
+    self.variables = weights.variables
     self._outputs = outputs
     self.seq_length = seq_length
     self._dynamic_length = dynamic_length
@@ -282,7 +286,9 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
 
   def _run(self, inputs):
     extra = {"remove_padding": True} if self._remove_padding else {}
-    named = self._outputs(self._model.value(inputs, training=False, **extra))
+    with self._weights.value.scope():
+      named = self._outputs(self._model.value(inputs, training=False,
+                                              **extra))
     named = {name: tf.cast(value, tf.float32) if value.dtype.is_floating
              else value for name, value in named.items()}
     if "sequence_output" in named:
@@ -302,9 +308,10 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
         tf.equal(word_ids, tokenizer.mask_id)).to_tensor(default_value=-1)
     found = positions >= 0
     # The last block runs at the [MASK] positions only (and [CLS]).
-    outputs = self._model.value(inputs, training=False,
-                                output_positions=tf.maximum(positions, 0))
-    logits = self._mlm_head.value(outputs["sequence_output"])  # [B, M, V]
+    with self._weights.value.scope():
+      outputs = self._model.value(inputs, training=False,
+                                  output_positions=tf.maximum(positions, 0))
+      logits = self._mlm_head.value(outputs["sequence_output"])  # [B, M, V]
     probabilities, ids = tf.math.top_k(tf.nn.softmax(
         tf.cast(logits, tf.float32), axis=-1), k=self._top_k)  # [B, M, K]
     keep = tf.broadcast_to(found[:, :, None], tf.shape(ids))

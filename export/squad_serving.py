@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from export import saved_model_io
 from export import serving
+from export import serving_weights
 from export import tfhub_modules
 from official_bert.data import tokenization
 from official_bert.tasks import squad
@@ -73,7 +74,11 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
     self._tokenizer = tfhub_modules.Untracked(tokenizer)
     self.vocab_file = tf.saved_model.Asset(vocab_file)
     self._model = tfhub_modules.Untracked(model)
-    self.variables, _ = tfhub_modules.tf_variables(model)
+    # Plain tf.Variables, the feed-forward kernels as their column blocks
+    # (see serving_weights).
+    weights = serving_weights.ServingWeights(model)
+    self._weights = tfhub_modules.Untracked(weights)
+    self.variables = weights.variables
     self.seq_length = int(seq_length)
     self.doc_stride = int(doc_stride)
     self.max_query_length = int(max_query_length)
@@ -132,7 +137,8 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
                               tf.int32),
         "input_type_ids": tf.cast(type_ids.to_tensor(0, shape=shape),
                                   tf.int32)}
-    outputs = self._model.value(inputs, training=False)
+    with self._weights.value.scope():
+      outputs = self._model.value(inputs, training=False)
     start_logits = tf.cast(outputs["start_logits"], tf.float32)   # [Wn, T]
     end_logits = tf.cast(outputs["end_logits"], tf.float32)
 

@@ -36,7 +36,9 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.",
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
   root = tmp_path_factory.mktemp("serving")
-  config = testing.tiny_config()
+  # 3072 columns: inference runs each feed-forward network in 4 column
+  # blocks, which the export saves as blocks (export/serving_weights.py).
+  config = testing.tiny_config(intermediate_size=3072)
   config.to_json_file(str(root / "bert_config.json"))
   model = pretrainer_lib.BertPretrainer.from_bert_config(config)
   checkpoints.save_model(model, str(root / "ckpt" / "ckpt-1"))
@@ -107,6 +109,23 @@ def test_signatures_answer_raw_text_and_ids(exported, served):
                                             testing.HIDDEN)
     np.testing.assert_allclose(got["pooled_output"], want["pooled_output"],
                                atol=1e-6)
+
+
+def test_feed_forward_kernels_are_saved_as_column_blocks(exported):
+  saved = dict(tf.train.list_variables(
+      os.path.join(exported["path"], "variables", "variables")))
+  shapes = [tuple(shape) for name, shape in saved.items()
+            if "OBJECT_GRAPH" not in name]
+  hidden = testing.HIDDEN
+  assert shapes.count((hidden, 768)) == 4 * testing.LAYERS
+  assert (hidden, 3072) not in shapes
+  assert shapes.count((3072, hidden)) == testing.LAYERS  # output kernels
+  # Every weight once: as many numbers as the encoder and the head hold.
+  model_weights = {id(w): int(np.prod(w.shape)) for layer in (
+      exported["encoder"], exported["mlm_head"]) for w in layer.weights}
+  assert sum(int(np.prod(s)) for s in shapes) == sum(
+      model_weights.values()) + sum(  # + Dropout's seed states
+          2 for w in exported["encoder"].variables if "seed" in w.path)
 
 
 def test_vocab_is_an_asset_inside_the_moved_export(exported):

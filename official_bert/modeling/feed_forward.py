@@ -69,11 +69,20 @@ class FeedForward(keras.layers.Layer):
         self.intermediate.kernel, self.intermediate.bias,
         self.output_dense.kernel, self.output_dense.bias)]
     # Inference only: column blocks (same value; training keeps one matmul).
-    blocks = 1 if training else kernels_lib.inference_column_blocks(
-        self.intermediate_size)
+    blocks = 1 if training else self.inference_column_blocks()
     # [..., H] -> [..., I] -> [..., H]
     return kernels_lib.feed_forward(ops.cast(x, dtype), w1, b1, w2, b2,
                                     self.hidden_act, self.kernels, blocks)
+
+  def inference_column_blocks(self):
+    """How many column blocks of `intermediate.kernel` inference runs.
+
+    See `kernels.inference_column_blocks`; 1 for the fast GELU kernel,
+    which runs one matmul pair.
+    """
+    if self.kernels == "fast" and self.hidden_act == "gelu":
+      return 1
+    return kernels_lib.inference_column_blocks(self.intermediate_size)
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape)

@@ -156,12 +156,19 @@ def feed_forward(x, w1, b1, w2, b2, hidden_act, kernels, column_blocks=1):
                        ops.shape(x))
   act = activations.get(hidden_act)
   width = w1.shape[1] // column_blocks
+  # Block j of w1 is [H, k, I/k][:, j]: a copy per call from a [H, I]
+  # variable, none when w1 is the reshaped stack of the blocks (the serving
+  # export stores them so, export/serving.py: TensorFlow's graph optimizer
+  # folds the slice of the stack).
+  w1_blocks = (ops.reshape(w1, (w1.shape[0], column_blocks, width))
+               if column_blocks > 1 else None)
   out = None
   for j in range(column_blocks):
     cols = slice(j * width, (j + 1) * width)
+    kernel = w1 if w1_blocks is None else w1_blocks[:, j]
     # ops.add, not +: on TensorFlow a bias added by ops.add is a BiasAdd,
     # which TF fuses into the matmul (Keras's Dense does the same).
-    hidden = act(ops.add(ops.matmul(x, w1[:, cols]), b1[cols]))  # [..., I/k]
+    hidden = act(ops.add(ops.matmul(x, kernel), b1[cols]))  # [..., I/k]
     part = ops.matmul(hidden, w2[cols])  # [..., I/k] -> [..., H]
     out = part if out is None else out + part
   return ops.add(out, b2)
