@@ -51,7 +51,6 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
     self._tokenizer = tfhub_modules.Untracked(tokenizer)
     self.vocab_file = tf.saved_model.Asset(vocab_file)
     self._model = tfhub_modules.Untracked(model)
-    # Tracked as plain tf.Variables (see tfhub_modules.tf_variables).
     # Plain tf.Variables, the feed-forward kernels as their column blocks
     # (see serving_weights).
     weights = serving_weights.ServingWeights(model)

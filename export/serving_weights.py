@@ -3,10 +3,11 @@
 At inference `FeedForward` runs a feed-forward network of >= 3072 columns in
 column blocks (`kernels.inference_column_blocks`). Sliced from the [H, I]
 `intermediate` kernel, every block is a copy on every request (measured by
-`benchmarks/serving_benchmark.py`; docs/performance.md). A serving export therefore saves that kernel as its k blocks [H, I/k]: the
-same values and bytes. Its functions read the kernel back as the reshaped
-stack of the blocks, of which TensorFlow's graph optimizer folds
-`kernels.feed_forward`'s slices to the blocks themselves, so no copy is made.
+`benchmarks/serving_benchmark.py`; docs/performance.md). A serving export
+therefore saves that kernel as its k blocks [H, I/k]: the same values and
+bytes. Its functions read the kernel back as the reshaped stack of the
+blocks, of which TensorFlow's graph optimizer folds `kernels.feed_forward`'s
+slices to the blocks themselves, so no copy is made.
 
 Every other weight is saved as it is (see `tfhub_modules.tf_variables`). The
 TF-Hub modules keep the model's own variables: they are fine-tuned.

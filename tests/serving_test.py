@@ -120,12 +120,11 @@ def test_feed_forward_kernels_are_saved_as_column_blocks(exported):
   assert shapes.count((hidden, 768)) == 4 * testing.LAYERS
   assert (hidden, 3072) not in shapes
   assert shapes.count((3072, hidden)) == testing.LAYERS  # output kernels
-  # Every weight once: as many numbers as the encoder and the head hold.
-  model_weights = {id(w): int(np.prod(w.shape)) for layer in (
-      exported["encoder"], exported["mlm_head"]) for w in layer.weights}
-  assert sum(int(np.prod(s)) for s in shapes) == sum(
-      model_weights.values()) + sum(  # + Dropout's seed states
-          2 for w in exported["encoder"].variables if "seed" in w.path)
+  # Every variable once (the head shares the word embeddings): as many
+  # numbers as the encoder and the head hold, Dropout's seed states too.
+  model_sizes = {id(v.value): int(np.prod(v.shape)) for layer in (
+      exported["encoder"], exported["mlm_head"]) for v in layer.variables}
+  assert sum(int(np.prod(s)) for s in shapes) == sum(model_sizes.values())
 
 
 def test_vocab_is_an_asset_inside_the_moved_export(exported):

@@ -36,8 +36,9 @@ class BertEncoder(keras.Model):
   Args: the `bert_config.json` keys (see `configs.BertConfig`) as keyword
     arguments; `from_bert_config` builds one from a `BertConfig`. And
     `kernels`: "keras" (Keras's formulas and autodiff, the default) or "fast"
-    (written-out gradients, for TensorFlow without XLA), passed to every layer and saved in `get_config`; the same weights
-    and checkpoints either way. See `kernels.py`; a program picks it with
+    (written-out gradients, for TensorFlow without XLA), passed to every
+    layer and saved in `get_config`; the same weights and checkpoints either
+    way. See `kernels.py`; a program picks it with
     `kernels.resolve`.
 
   Inputs: dict of int32 [B, T] tensors `input_word_ids`, `input_mask` (1 for

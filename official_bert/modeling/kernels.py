@@ -30,9 +30,9 @@ Invariants (tests/kernels_test.py checks every pair, value and every
 gradient): the two give the same value and the same gradients up to rounding;
 dropout gives the same mask either way, keeps the expected value, drops at
 the rate rounded to a multiple of 1/65536, and its gradient is its
-keep-and-scale factor; the
-variables, and so the checkpoints, do not depend on the choice. What the fast
-kernels gain, and what they cost under XLA, is measured by
+keep-and-scale factor; the variables, and so the checkpoints, do not depend
+on the choice. What the fast kernels gain, and what they cost under XLA, is
+measured by
 `benchmarks/pretraining_benchmark.py` (history in docs/performance.md).
 
 `resolve()` is how a program chooses, before it builds the model.
@@ -157,9 +157,9 @@ def feed_forward(x, w1, b1, w2, b2, hidden_act, kernels, column_blocks=1):
   act = activations.get(hidden_act)
   width = w1.shape[1] // column_blocks
   # Block j of w1 is [H, k, I/k][:, j]: a copy per call from a [H, I]
-  # variable, none when w1 is the reshaped stack of the blocks (the serving
-  # export stores them so, export/serving.py: TensorFlow's graph optimizer
-  # folds the slice of the stack).
+  # variable, none when w1 is the reshaped stack of the blocks (serving
+  # exports store them so, export/serving_weights.py: TensorFlow's graph
+  # optimizer folds the slice of the stack).
   w1_blocks = (ops.reshape(w1, (w1.shape[0], column_blocks, width))
                if column_blocks > 1 else None)
   out = None
