@@ -264,20 +264,17 @@ def test_export_is_readable_by_another_user(exported):
     os.chmod(public, 0o755)
     shutil.copytree(moved, os.path.join(public, "hub"))
     nobody = pwd.getpwnam("nobody")
-
-    def as_nobody():
-      os.setgid(nobody.pw_gid)
-      os.setgroups([])
-      os.setuid(nobody.pw_uid)
-
     # `ls` and `cat`: the venv's Python lives under /root, closed to nobody.
     directories, files = [], []
     for directory, _, names in os.walk(os.path.join(public, "hub")):
       directories.append(directory)
       files += [os.path.join(directory, name) for name in names]
     for command in (["ls", "-a"] + directories, ["cat"] + files):
-      proc = subprocess.run(command, preexec_fn=as_nobody, capture_output=True,
-                            check=False)
+      # user/group, not a preexec_fn: Python code between fork and exec can
+      # deadlock in a process with TensorFlow's threads.
+      proc = subprocess.run(command, user=nobody.pw_uid, group=nobody.pw_gid,
+                            extra_groups=[], capture_output=True, check=False,
+                            timeout=120)
       assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout) == sum(os.path.getsize(f) for f in files) > 0
   finally:
