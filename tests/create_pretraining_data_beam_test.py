@@ -48,6 +48,9 @@ def test_beam_writes_the_same_records_as_the_cli_job(corpus, tmp_path):
   assert len(beam_records) == len(cli_records) > 500
   assert sorted(beam_records) == sorted(cli_records)
   assert f"done: wrote {len(cli_records):,} instances" in proc.stderr
+  # DirectRunner runs in this process tree: Beam's own would first fetch its
+  # Prism runner from GitHub (nothing is downloaded at run time).
+  assert "Prism" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_beam_cli_rejects_bad_input_with_one_sentence(tmp_path):

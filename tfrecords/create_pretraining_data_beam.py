@@ -129,6 +129,32 @@ def _remove_beam_temp(output_prefix):
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _in_process_runner(name, options):
+  """Beam's FnApiRunner for --runner=DirectRunner; None (Beam resolves the
+  name) for any other runner.
+
+  Beam's DirectRunner first tries its Prism runner, a Go binary it downloads
+  from GitHub on first use (with no network timeout), and falls back to the
+  FnApiRunner when that fails. Where GitHub cannot be reached the job would
+  wait on the download, or print the failure, before it runs. Here
+  DirectRunner is the FnApiRunner at once, built as the DirectRunner builds
+  it (its workers get the pipeline options: --direct_num_workers and
+  --direct_running_mode work as in Beam). --runner=PrismRunner asks for
+  Prism by name.
+  """
+  if name.lower() not in ("direct", "directrunner"):
+    return None
+  # pylint: disable=g-import-not-at-top
+  from apache_beam.portability.api import beam_provision_api_pb2
+  from apache_beam.runners.portability import portable_runner
+  from apache_beam.runners.portability.fn_api_runner import fn_runner
+  # pylint: enable=g-import-not-at-top
+  encoded = portable_runner.JobServiceHandle.encode_pipeline_options(
+      options.get_all_options())
+  return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+      beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
 def main(argv):
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
@@ -153,7 +179,8 @@ def main(argv):
     raise cli.Error(str(e)) from None
   beam_options = pipeline_options.PipelineOptions(
       argv[1:] + [f"--runner={FLAGS.runner}"])
-  pipeline = beam.Pipeline(options=beam_options)
+  pipeline = beam.Pipeline(runner=_in_process_runner(FLAGS.runner, beam_options),
+                           options=beam_options)
   build_pipeline(pipeline, input_files, FLAGS.output_file, FLAGS.vocab_file,
                  options, FLAGS.do_lower_case, FLAGS.window_tokens,
                  FLAGS.num_output_shards,
