@@ -260,7 +260,7 @@ def test_a_killed_worker_is_one_sentence_and_a_rerun_completes(tmp_path):
              os.environ.get("PYTHONPATH", ""))
   proc = subprocess.Popen([sys.executable] + args, cwd=testing.ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+                          text=True, start_new_session=True)
   try:
     # Mid-job: the first window is written (so more are being built) and
     # both workers are up.
@@ -277,9 +277,9 @@ def test_a_killed_worker_is_one_sentence_and_a_rerun_completes(tmp_path):
     os.kill(workers[1], signal.SIGKILL)
     output, _ = proc.communicate(timeout=60)  # not forever
   finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.communicate()
+    if proc.poll() is None:  # the whole tree: its workers hold the pipe too
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.communicate(timeout=60)
   lines = [l for l in output.splitlines() if l.strip()]
   assert proc.returncode == 1, output[-3000:]
   assert "Traceback" not in output, output[-3000:]
