@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from official_bert.modeling import pretrainer
+from official_bert.training import preemption
 from official_bert.training import trainer as trainer_lib
 from tests import testing
 
@@ -189,19 +190,26 @@ def records(tmp_path_factory):
 
 
 def test_sigterm_saves_and_rerun_resumes_step_and_optimizer(tmp_path, records):
-  lines = []
+  """train() from Python (no program installed the handler): SIGTERM stops it
+  at the loop boundary with a checkpoint, then the process's own handler is
+  back and gets the signal (by default the process would end there)."""
+  lines, delivered = [], []
 
   def log(line):
     lines.append(line)
     if line.startswith("step 2/"):
       os.kill(os.getpid(), signal.SIGTERM)
 
-  previous = signal.getsignal(signal.SIGTERM)
+  previous = signal.signal(signal.SIGTERM,
+                           lambda signum, frame: delivered.append(signum))
   try:
     first = _trainer(tmp_path, 6, log=log)
     result = first.train(_dataset_fn(records), global_batch_size=4)
+    assert delivered == [signal.SIGTERM]  # after the save, once
+    assert signal.getsignal(signal.SIGTERM) is not preemption._handler  # pylint: disable=protected-access
   finally:
     signal.signal(signal.SIGTERM, previous)
+  assert not preemption.requested()  # nothing pending for a later train()
   assert result.preempted and result.step == 2
   assert any(line.startswith("SIGTERM: saved checkpoint") for line in lines)
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
@@ -223,12 +231,14 @@ def test_sigterm_saves_and_rerun_resumes_step_and_optimizer(tmp_path, records):
 
 def test_sigterm_before_training_stops_at_start_and_is_consumed(tmp_path,
                                                                  records):
-  """A SIGTERM that arrives while the job starts up (here: before train())
-  is recorded, not fatal; train() stops before its first step, and the
-  signal is consumed: the next train() call trains."""
+  """A program installs the handler first thing: a SIGTERM that arrives
+  while the job starts up (here: before train()) is recorded, not fatal;
+  train() stops before its first step, and the signal is consumed: the next
+  train() call trains."""
   previous = signal.getsignal(signal.SIGTERM)
   lines = []
   try:
+    preemption.install()  # as the programs' main() does
     t = _trainer(tmp_path, 4, log=lines.append)
     os.kill(os.getpid(), signal.SIGTERM)  # the process must survive this
     result = t.train(_dataset_fn(records), global_batch_size=4)

@@ -15,19 +15,28 @@ before the first one): the local flags are summed over all replicas of all
 workers, and all of them save and stop at the same boundary. `consume()`
 forgets the signal once training has stopped on it.
 
+Training run from Python (a test, a notebook) gets the handler only while
+`Trainer.train()` runs (`handled()`): the process's own SIGTERM handling is
+back afterwards, and a SIGTERM that arrived meanwhile is raised again once the
+checkpoint is saved, so it has its usual effect then (by default the process
+ends, as TensorFlow's PreemptionCheckpointHandler exits after its save).
+
 TensorFlow is imported only inside `WorkerAgreement`: this module loads
 before it.
 """
 
+import contextlib
 import signal
 import sys
 
 _requested = False
+_received = 0  # SIGTERMs handled so far: handled() re-raises the new ones
 
 
 def _handler(signum, frame):  # pylint: disable=unused-argument
-  global _requested
+  global _requested, _received
   _requested = True
+  _received += 1
   print("SIGTERM received: checkpointing and stopping at the next loop "
         "boundary.", file=sys.stderr, flush=True)
 
@@ -38,6 +47,34 @@ def install():
     signal.signal(signal.SIGTERM, _handler)
   except ValueError:  # not the main thread: signals cannot be handled here
     pass
+
+
+@contextlib.contextmanager
+def handled():
+  """SIGTERM recorded instead of fatal inside the block (see the module
+  docstring). Nothing changes when `install()` already put the handler in
+  place for the whole program, or off the main thread."""
+  if signal.getsignal(signal.SIGTERM) is _handler:
+    # Installed by the program; put it back all the same: a multi-worker
+    # strategy's set-up replaces the process's SIGTERM action below Python
+    # (signal.getsignal still names this handler, and SIGTERM goes unseen).
+    install()
+    yield
+    return
+  try:
+    previous = signal.signal(signal.SIGTERM, _handler)
+  except ValueError:  # not the main thread: signals cannot be handled here
+    yield
+    return
+  received = _received
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM,
+                  signal.SIG_DFL if previous is None else previous)
+    if _received != received:
+      clear()  # nothing left pending for a later train()
+      signal.raise_signal(signal.SIGTERM)
 
 
 def requested():

@@ -135,7 +135,6 @@ class Trainer:
         config.output_dir, max_to_keep=config.keep_checkpoints,
         worker_id=(None if self.is_chief
                    else strategy.cluster_resolver.task_id))
-    preemption.install()  # programs install it earlier; tests and notebooks here
     self._preemption = preemption.WorkerAgreement(strategy)
     self._train_loop = None  # a tf.function, built by the first train()
 
@@ -169,7 +168,16 @@ class Trainer:
       sys.exit(1)
 
   def train(self, dataset_fn, global_batch_size=None):
-    """Trains from the current step to num_train_steps. Returns TrainResult."""
+    """Trains from the current step to num_train_steps. Returns TrainResult.
+
+    A SIGTERM during the call stops it at the next loop boundary with a
+    checkpoint; unless the program installed the handler for its whole run,
+    the signal then has its usual effect (`preemption.handled()`).
+    """
+    with preemption.handled():
+      return self._train(dataset_fn, global_batch_size)
+
+  def _train(self, dataset_fn, global_batch_size):
     config = self.config
     start = step = int(self.step.numpy())
     if start >= config.num_train_steps:
@@ -178,7 +186,6 @@ class Trainer:
       return TrainResult(step=start, metrics={})
     iterator = self._iterator(dataset_fn, start)
     writer = self._summary_writer("train")
-    preemption.install()
     if self._preemption.any_requested():  # SIGTERM while the job started up
       self.log(f"SIGTERM before training started: stopped at step {start} "
                f"with nothing new to save{self._preemption.consume()}; rerun "
