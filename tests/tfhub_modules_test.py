@@ -269,12 +269,14 @@ def test_export_is_readable_by_another_user(exported):
     for directory, _, names in os.walk(os.path.join(public, "hub")):
       directories.append(directory)
       files += [os.path.join(directory, name) for name in names]
+    # setpriv drops to nobody after exec: no preexec_fn or user= here, which
+    # make subprocess fork() this process (TensorFlow's threads, gRPC's fork
+    # handlers) instead of vfork-and-exec, and a fork can deadlock in it.
+    as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}",
+                 f"--regid={nobody.pw_gid}", "--clear-groups"]
     for command in (["ls", "-a"] + directories, ["cat"] + files):
-      # user/group, not a preexec_fn: Python code between fork and exec can
-      # deadlock in a process with TensorFlow's threads.
-      proc = subprocess.run(command, user=nobody.pw_uid, group=nobody.pw_gid,
-                            extra_groups=[], capture_output=True, check=False,
-                            timeout=120)
+      proc = subprocess.run(as_nobody + command, capture_output=True,
+                            check=False, timeout=120)
       assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout) == sum(os.path.getsize(f) for f in files) > 0
   finally:
