@@ -52,8 +52,9 @@ def install():
 @contextlib.contextmanager
 def handled():
   """SIGTERM recorded instead of fatal inside the block (see the module
-  docstring). Nothing changes when `install()` already put the handler in
-  place for the whole program, or off the main thread."""
+  docstring). When `install()` put the handler in place for the whole
+  program, it stays so after the block; off the main thread this is a
+  no-op."""
   if signal.getsignal(signal.SIGTERM) is _handler:
     # Installed by the program; put it back all the same: a multi-worker
     # strategy's set-up replaces the process's SIGTERM action below Python
