@@ -179,8 +179,9 @@ def main(argv):
     raise cli.Error(str(e)) from None
   beam_options = pipeline_options.PipelineOptions(
       argv[1:] + [f"--runner={FLAGS.runner}"])
-  pipeline = beam.Pipeline(runner=_in_process_runner(FLAGS.runner, beam_options),
-                           options=beam_options)
+  pipeline = beam.Pipeline(
+      runner=_in_process_runner(FLAGS.runner, beam_options),
+      options=beam_options)
   build_pipeline(pipeline, input_files, FLAGS.output_file, FLAGS.vocab_file,
                  options, FLAGS.do_lower_case, FLAGS.window_tokens,
                  FLAGS.num_output_shards,
