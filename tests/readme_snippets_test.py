@@ -85,7 +85,7 @@ BLOCKS = {
 
 # (regex, replacement, reason), applied in order to every block run.
 SUBSTITUTIONS = [
-    (r"/tmp/", W + "/out/",
+    (r"(?<![\w/.])/tmp/", W + "/out/",
      "outputs go to pytest's tmp dir, not the machine's /tmp"),
     (r"/models/bert", W + "/models/bert",
      "the TF Serving model base path: a tmp dir"),
@@ -287,8 +287,11 @@ def _run_python_blocks(world):
   """Runs every ```python block (prelude, block, its CHECKS) in one fresh
   interpreter (one TensorFlow start-up), each in its own namespace;
   returns {name: (ok, output)}."""
-  blocks = [(name, _substitute(PRELUDES[name] + _block(name) + "\n" +
-                               CHECKS[name], world)) for name in PRELUDES]
+  # Only the README's text is substituted: the preludes and checks hold real
+  # paths (the vocabulary under ../shared, wherever the clone lives).
+  blocks = [(name, (PRELUDES[name] + _substitute(_block(name), world) + "\n" +
+                    CHECKS[name]).replace(W, str(world)))
+            for name in PRELUDES]
   start = _child_cpu()
   proc = subprocess.run(
       [sys.executable, "-c", f"BLOCKS = {blocks!r}\n" + _RUNNER],
