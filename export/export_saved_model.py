@@ -24,9 +24,14 @@ import time
 
 from absl import flags
 
+from official_bert import cli
+
+if __name__ == "__main__":
+  cli.start_tensorflow()  # before the exporters import it: no start-up lines
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from export import saved_model_io
 from export import serving
-from official_bert import cli
 
 _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",

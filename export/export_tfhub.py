@@ -18,9 +18,14 @@ import time
 
 from absl import flags
 
+from official_bert import cli
+
+if __name__ == "__main__":
+  cli.start_tensorflow()  # before the exporters import it: no start-up lines
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from export import saved_model_io
 from export import tfhub_modules
-from official_bert import cli
 
 
 def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,

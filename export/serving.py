@@ -60,6 +60,7 @@ from export import serving_weights
 from export import tfhub_modules
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import heads as heads_lib
+from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
 
 SIGNATURE_TEXT = "serving_default"
@@ -138,7 +139,7 @@ def tokenize_with_masks(tokenizer, texts):
       tf.fill([tf.reduce_sum(tf.cast(followed, tf.int64))],
               tf.constant(tokenizer.mask_id, tf.int64)),
       tf.cast(followed, tf.int64))  # [N_parts, (0 or 1)]
-  joined = tf.concat([pieces, masks], axis=1)  # [N_parts, (P + 0/1)]
+  joined = segments_lib.concat([pieces, masks])  # [N_parts, (P + 0/1)]
   return tf.RaggedTensor.from_row_splits(
       joined, parts.row_splits).merge_dims(1, 2)
 
@@ -162,8 +163,7 @@ def pack_to_longest(segments, seq_length, cls_id, sep_id, pad_multiple=1):
   flat = [tf.cast(segment, tf.int32) for segment in segments]
   trimmed = tf_text.RoundRobinTrimmer(
       max_seq_length=seq_length - len(flat) - 1).trim(flat)
-  ids, type_ids = tf_text.combine_segments(
-      trimmed, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+  ids, type_ids = segments_lib.combine_segments(trimmed, cls_id, sep_id)
   lengths = tf.cast(ids.row_lengths(), tf.int32)  # [B]
   longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
   length = tf.minimum((longest + pad_multiple - 1) // pad_multiple *

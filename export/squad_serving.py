@@ -45,6 +45,7 @@ from export import saved_model_io
 from export import serving
 from export import serving_weights
 from export import tfhub_modules
+from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
 from official_bert.tasks import squad
 
@@ -126,10 +127,10 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
         tf.fill([num_windows, 1], tf.constant(tokenizer.cls_id, tf.int64)))
     sep = tf.RaggedTensor.from_tensor(
         tf.fill([num_windows, 1], tf.constant(tokenizer.sep_id, tf.int64)))
-    ids = tf.concat([cls, win_query, sep, window, sep], axis=1)
-    type_ids = tf.concat([tf.zeros_like(cls), tf.zeros_like(win_query),
-                          tf.zeros_like(sep), tf.ones_like(window),
-                          tf.ones_like(sep)], axis=1)
+    ids = segments_lib.concat([cls, win_query, sep, window, sep])
+    type_ids = segments_lib.concat([
+        tf.zeros_like(cls), tf.zeros_like(win_query), tf.zeros_like(sep),
+        tf.ones_like(window), tf.ones_like(sep)])
     shape = [None, length]
     inputs = {
         "input_word_ids": tf.cast(ids.to_tensor(0, shape=shape), tf.int32),

@@ -32,6 +32,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from official_bert.modeling import encoder as encoder_lib
+from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
 
 # tf.Module would own a read-only `variables` property; the TF-Hub API needs
@@ -182,8 +183,7 @@ def pack_inputs(segments, seq_length, cls_id, sep_id):
   # Room left after one [CLS] and one [SEP] per segment.
   budget = seq_length - len(flat) - 1
   trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(flat)
-  ids, type_ids = tf_text.combine_segments(
-      trimmed, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+  ids, type_ids = segments_lib.combine_segments(trimmed, cls_id, sep_id)
   word_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=seq_length)
   type_ids, _ = tf_text.pad_model_inputs(type_ids, max_seq_length=seq_length)
   return {"input_word_ids": tf.cast(word_ids, tf.int32),

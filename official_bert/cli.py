@@ -13,7 +13,9 @@ them).
 
 import contextlib
 import os
+import re
 import sys
+import tempfile
 
 from absl import app
 from absl import flags
@@ -33,6 +35,62 @@ def fail(message):
   sys.stdout.flush()
   print(f"{_program_name()}: error: {message}", file=sys.stderr, flush=True)
   os._exit(1)  # pylint: disable=protected-access  # no atexit noise after it
+
+
+# TensorFlow's start-up lines on a healthy machine. It prints them from C++ as
+# it loads, before absl's logging is set up (TF_CPP_MIN_LOG_LEVEL cannot hide
+# them), once for each of its two libraries.
+STARTUP_NOISE = re.compile("|".join((
+    r"^WARNING: All log messages before absl::InitializeLog\(\)",
+    r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\] ",  # C++ INFO/WARNING
+    r"^To enable the following instructions: .* rebuild TensorFlow",
+)))
+# ERROR-level, but what a machine without a GPU says: TensorFlow reports it
+# right after saying it found no CUDA driver. Dropped only after that line.
+NO_DRIVER = re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers")
+CUINIT = re.compile(r"^E\d{4} .* cuda_platform\.cc:\d+\] failed call to "
+                    r"cuInit: .*\(303\)$")
+
+
+def startup_lines_shown(lines):
+  """`lines` of TensorFlow's start-up output less its healthy-machine noise:
+  any other line (a real error, a warning from Python) is kept."""
+  no_driver = False
+  for line in lines:
+    no_driver = no_driver or bool(NO_DRIVER.search(line))
+    if STARTUP_NOISE.match(line) or (no_driver and CUINIT.match(line)):
+      continue
+    yield line
+
+
+def start_tensorflow():
+  """Imports TensorFlow and finds its devices, showing what it prints then
+  less `startup_lines_shown`'s noise. Programs call it before anything
+  imports TensorFlow (after `cpu_allocator.use_bfc()`, which must come
+  first); a no-op once TensorFlow is loaded.
+
+  Its stderr goes to a temporary file meanwhile (no thread, no pipe to
+  fill), written back line by line when the import ends or fails. Listing
+  the physical devices is what probes CUDA; it leaves logical device
+  configuration possible.
+  """
+  if "tensorflow" in sys.modules:
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      tf.config.list_physical_devices()
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      text = captured.read().decode("utf-8", "replace")
+      sys.stderr.writelines(startup_lines_shown(text.splitlines(True)))
+      sys.stderr.flush()
 
 
 def _parse_flags(argv):

@@ -227,6 +227,7 @@ def _load_torch_state_dict(path):
 
 def main(argv):
   del argv
+  cli.start_tensorflow()  # without its start-up lines
   from absl import flags  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name

@@ -106,6 +106,7 @@ def encode_mixed(examples, tokenizer, max_seq_length):
 
 def main(argv):
   del argv
+  cli.start_tensorflow()  # without its start-up lines
   for name in ("input_file", "output_file", "bert_config_file", "vocab_file",
                "init_checkpoint"):
     if not getattr(FLAGS, name):

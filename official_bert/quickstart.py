@@ -85,11 +85,9 @@ def _log(message):
 # Lines of a stage's program that say nothing to a quickstart user. Only
 # these are dropped: every other line, warnings and errors included, is shown.
 _ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ (\S+?):\d+\] ?")
+# TensorFlow's start-up lines (cli.STARTUP_NOISE, and the cuInit line after
+# "no CUDA driver": cli.NO_DRIVER, cli.CUINIT), then:
 _NOISE = tuple(re.compile(pattern) for pattern in (
-    # TensorFlow start-up, before absl::InitializeLog().
-    r"^WARNING: All log messages before absl::InitializeLog\(\)",
-    r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\] ",  # C++ INFO/WARNING
-    r"^To enable the following instructions: .* rebuild TensorFlow",
     # The saver's and SavedModel writer's chatter.
     r"^I\d{4} .* functional_saver\.py:\d+\] Sharding callback",
     r"^Saved checkpoint ",
@@ -102,11 +100,6 @@ _NOISE = tuple(re.compile(pattern) for pattern in (
     r"^I\d{4} .* create_pretraining_data\.py:\d+\] (\*\*\* Example|"
     r"(input_ids|input_mask|segment_ids|masked_lm_\w+|next_sentence_labels): )",
 ))
-# ERROR-level, but expected where there is no GPU: TensorFlow reports it right
-# after saying it found no CUDA driver. Dropped only after that line.
-_NO_DRIVER = re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers")
-_CUINIT = re.compile(r"^E\d{4} .* cuda_platform\.cc:\d+\] failed call to "
-                     r"cuInit: .*\(303\)$")
 _CHILD_ERROR = re.compile(r"^[\w.]+: error: ")
 
 
@@ -119,11 +112,12 @@ class _Filter:
 
   def shown(self, line):
     """The line to print (absl's prefix cut) or None."""
-    if _NO_DRIVER.search(line):
+    if cli.NO_DRIVER.search(line):
       self.no_driver = True
-    if self.no_driver and _CUINIT.match(line):
+    if self.no_driver and cli.CUINIT.match(line):
       return None
-    if any(pattern.match(line) for pattern in _NOISE):
+    if cli.STARTUP_NOISE.match(line) or any(
+        pattern.match(line) for pattern in _NOISE):
       return None
     if re.match(r"^I\d{4} .* create_pretraining_data\.py:\d+\] tokens: ", line):
       if self.example_tokens_shown:

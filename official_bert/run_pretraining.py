@@ -200,6 +200,7 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
+  cli.start_tensorflow()  # without its start-up lines
   _check_flags()
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -1,5 +1,6 @@
-"""Tests for official_bert/cli.py (no TensorFlow): the one atomic write, and
-the path checks (one sentence naming the flag, per case).
+"""Tests for official_bert/cli.py (no TensorFlow in this process): the one
+atomic write, the path checks (one sentence naming the flag, per case), and
+TensorFlow's start-up lines kept out of what a program prints.
 
 Bugs caught: a temporary file made by `tempfile` (mode 0600, so a model
 server running as another user cannot read the output), a half-written
@@ -143,3 +144,44 @@ def test_text_file_check(tmp_path):
   noise.write_bytes(bytes(range(128, 256)) * 40)
   message = _error(cli.check_text_file, "corpus", str(noise))
   assert "is mostly not UTF-8 text" in message and "--corpus=" in message
+
+
+# TensorFlow's start-up output on a machine without a GPU, as 2.21 prints it.
+_STARTUP = """\
+WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1795620730.331912   10022 port.cc:153] oneDNN custom operations are on. You may see slightly different numerical results.
+I0000 00:00:1795620730.332289   10022 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+I0000 00:00:1795620730.374237   10022 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use available CPU instructions in performance-critical operations.
+To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with the appropriate compiler flags.
+E0000 00:00:1795620731.258145   10022 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
+"""
+
+
+def test_startup_lines_shown_drops_only_tensorflows_healthy_start_up():
+  assert not list(cli.startup_lines_shown(_STARTUP.splitlines(True)))
+  real = ["E0000 00:00:1.0  1 cuda_platform.cc:52] failed call to cuInit: "
+          "INTERNAL: CUDA error: UNKNOWN ERROR (303)\n",
+          "E0000 00:00:1.0  1 some_kernel.cc:9] something real broke\n",
+          "Traceback (most recent call last):\n"]
+  # The cuInit failure is only noise after TensorFlow said it found no CUDA
+  # driver (a machine with a GPU and a broken driver must show it).
+  assert list(cli.startup_lines_shown(real)) == real
+  assert list(cli.startup_lines_shown(_STARTUP.splitlines(True) + real[1:])) \
+      == real[1:]
+
+
+def test_start_tensorflow_prints_no_start_up_block():
+  """A program that starts TensorFlow through cli.start_tensorflow shows none
+  of its start-up lines (TensorFlow prints them twice, before absl logging
+  is set up, whatever TF_CPP_MIN_LOG_LEVEL says), but what follows."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = ("import sys\nfrom official_bert import cli\ncli.start_tensorflow()\n"
+          "import tensorflow as tf\nprint('devices', len(tf.config.list_"
+          "physical_devices('CPU')), file=sys.stderr)\n")
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  env["PYTHONPATH"] = testing.ROOT
+  proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=testing.ROOT,
+                        capture_output=True, text=True, timeout=300,
+                        check=True)
+  assert proc.stderr.splitlines() == ["devices 1"], proc.stderr[-3000:]

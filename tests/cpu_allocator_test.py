@@ -5,7 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests import testing
+
+# Both ways: TensorFlow turns oneDNN on by default on CPUs with AVX-512, and
+# its allocator then keeps memory statistics whether BFC is on or not.
+ONEDNN = pytest.mark.parametrize("onednn", ["0", "1"])
 
 # Chooses, then loads TensorFlow, allocates, and reports what it got.
 _PROBE = """
@@ -15,8 +21,13 @@ requested = cpu_allocator.use_bfc()
 import tensorflow as tf
 x = tf.random.normal((600, 600))
 (x @ x).numpy()
+try:  # 100 MB: over a 64 MB limit, BFC refuses it; other allocators do not
+  refused = float((tf.zeros([25 * 2 ** 20]) + 1.0)[0]) != 1.0
+except tf.errors.ResourceExhaustedError:
+  refused = True
 print(json.dumps({"requested": requested, "in_use": cpu_allocator.in_use(),
-                  "limit": os.environ.get(cpu_allocator.LIMIT_ENV)}))
+                  "limit": os.environ.get(cpu_allocator.LIMIT_ENV),
+                  "refused": refused}))
 """
 
 
@@ -30,16 +41,32 @@ def _probe(env):
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_bfc_by_default_with_the_machines_memory_as_limit():
+@ONEDNN
+def test_bfc_by_default_with_the_machines_memory_as_limit(onednn):
   from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
-  got = _probe({})
-  assert got["requested"] and got["in_use"]
+  got = _probe({"TF_ENABLE_ONEDNN_OPTS": onednn})
+  assert got["requested"] and got["in_use"] and not got["refused"]
   assert int(got["limit"]) == cpu_allocator.physical_memory_mb() > 1000
 
 
-def test_the_users_choice_wins():
-  got = _probe({"TF_CPU_ALLOCATOR_USE_BFC": "false"})
+@ONEDNN
+def test_the_users_choice_wins(onednn):
+  got = _probe({"TF_CPU_ALLOCATOR_USE_BFC": "false",
+                "TF_ENABLE_ONEDNN_OPTS": onednn})
   assert not got["requested"] and not got["in_use"]
   assert got["limit"] is None
-  got = _probe({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "4096"})
+  got = _probe({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "4096",
+                "TF_ENABLE_ONEDNN_OPTS": onednn})
   assert got["in_use"] and got["limit"] == "4096"
+
+
+@ONEDNN
+def test_in_use_agrees_with_the_allocators_behaviour(onednn):
+  """BFC refuses a 100 MB buffer over a 64 MB limit; oneDNN's allocator and
+  TensorFlow's default ignore the limit. in_use() must say which ran."""
+  for bfc in ("true", "false"):
+    got = _probe({"TF_CPU_ALLOCATOR_USE_BFC": bfc,
+                  "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64",
+                  "TF_ENABLE_ONEDNN_OPTS": onednn})
+    assert got["refused"] == (bfc == "true"), got
+    assert got["in_use"] == got["refused"], got

@@ -297,6 +297,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  cli.start_tensorflow()  # without its start-up lines
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")

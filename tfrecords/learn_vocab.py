@@ -200,6 +200,7 @@ def _read_lines(files):
 
 def main(argv):
   del argv
+  cli.start_tensorflow()  # without its start-up lines
   f = flags.FLAGS
   config = {name: f[name].value for name in (
       "input_file", "output_file", "vocab_size", "do_lower_case", "num_unused")}

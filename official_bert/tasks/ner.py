@@ -102,8 +102,11 @@ def encode_words(tokenizer, words, seq_length):
     `word_window` int64 [N] (the window of each word, in words' flat order)
     and `word_position` int64 [N] (the position of its first piece there).
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  import tensorflow_text as tf_text
+  from official_bert.data import segments as segments_lib
+  # pylint: enable=g-import-not-at-top
   budget = seq_length - 2
   if budget < 1:
     raise ValueError(f"seq_length={seq_length} leaves no room for words "
@@ -114,7 +117,7 @@ def encode_words(tokenizer, words, seq_length):
   unk = tf.RaggedTensor.from_row_lengths(
       tf.fill([tf.reduce_sum(empty)], tf.cast(tokenizer.unk_id, tf.int64)),
       empty)
-  pieces = tf.concat([pieces, unk], axis=1)[:, :budget]         # [N, (P)]
+  pieces = segments_lib.concat([pieces, unk])[:, :budget]       # [N, (P)]
   lengths = pieces.row_lengths()                                # [N]
   # First word of each text: starts a new window whatever is left.
   starts = tf.boolean_mask(words.row_starts(), words.row_lengths() > 0)
@@ -137,9 +140,8 @@ def encode_words(tokenizer, words, seq_length):
   rows = tf.RaggedTensor.from_value_rowids(
       pieces.flat_values, tf.repeat(window, lengths),
       nrows=num_windows)                                        # [R, (P)]
-  ids, type_ids = tf_text.combine_segments(
-      [rows], start_of_sequence_id=tokenizer.cls_id,
-      end_of_segment_id=tokenizer.sep_id)
+  ids, type_ids = segments_lib.combine_segments(
+      [rows], tokenizer.cls_id, tokenizer.sep_id)
   word_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=seq_length)
   type_ids, _ = tf_text.pad_model_inputs(type_ids, max_seq_length=seq_length)
   return {"input_word_ids": tf.cast(word_ids, tf.int32),
