@@ -3,11 +3,12 @@
 `run_classifier.py`, `run_ner.py` and `run_squad.py` (and any task program)
 define their own data flags and then:
 
-    finetuning.define_flags(max_seq_length=128, learning_rate=2e-5)
+    finetuning.define_flags(max_seq_length=128, learning_rate=5e-5)
     ...
     def main(argv):
       preemption.install()
       cpu_allocator.use_bfc()
+      cli.start_tensorflow()
       finetuning.check_flags(data_paths={"task_data_dir": "dir"})
       ... read and check the task's files (no TensorFlow yet) ...
       config, tokenizer = finetuning.load_config_and_vocab()
@@ -41,7 +42,7 @@ from official_bert import cli
 FLAGS = flags.FLAGS
 
 
-def define_flags(max_seq_length=128, learning_rate=2e-5, train_batch_size=32,
+def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                  predict_batch_size=8, do_eval=True, export_help=None):
   """The original's fine-tuning flags and the trainer's, with per-program
   defaults (defined only when a program runs)."""
@@ -67,8 +68,11 @@ def define_flags(max_seq_length=128, learning_rate=2e-5, train_batch_size=32,
     flags.DEFINE_integer("eval_batch_size", 8, "Batch size for eval.")
   flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size "
                        "for predict.")
-  flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate "
-                     "(AdamW).")
+  flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.")
+  flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
+                    "adamw: the original's AdamWeightDecayOptimizer (no bias "
+                    "correction), for which the paper's rates were tuned; "
+                    "keras_adamw: Keras's bias-corrected AdamW; lamb: LAMB.")
   flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training "
                      "file.")
   flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
@@ -262,7 +266,7 @@ class Run:
     with strategy.scope():
       self.model = build_model(self.kernels)
       optimizer = optimization.create_optimizer(
-          "adamw", FLAGS.learning_rate, self.num_train_steps,
+          FLAGS.optimizer, FLAGS.learning_rate, self.num_train_steps,
           self.num_warmup_steps, weight_decay=FLAGS.weight_decay,
           mixed_precision=FLAGS.mixed_precision)
     self.trainer = trainer_lib.Trainer(

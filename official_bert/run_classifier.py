@@ -51,7 +51,7 @@ FLAGS = flags.FLAGS
 def define_flags():
   """The program's absl flags (defined only when it runs as a program)."""
   finetuning.define_flags(
-      max_seq_length=128, learning_rate=2e-5, export_help="If set, export "
+      max_seq_length=128, learning_rate=5e-5, export_help="If set, export "
       "the fine-tuned model for TF Serving (raw text in, probabilities out) "
       "here.")
   # ---- a GLUE task by name, as the original

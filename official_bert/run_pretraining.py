@@ -78,8 +78,10 @@ flags.DEFINE_enum("mixed_precision", "float32",
                   ["float32", "mixed_bfloat16", "mixed_float16"],
                   "Compute dtype policy; mixed_float16 adds dynamic loss "
                   "scaling. Variables stay float32.")
-flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
-                  "AdamW (BERT) or LAMB (large batches).")
+flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
+                  "adamw: the original's AdamWeightDecayOptimizer (no bias "
+                  "correction); keras_adamw: Keras's bias-corrected AdamW; "
+                  "lamb: LAMB (large batches). See training/optimization.py.")
 flags.DEFINE_bool("jit_compile", False,
                   "Compile the training step with XLA (one device per "
                   "process).")

@@ -31,7 +31,67 @@ def test_schedule_rejects_bad_steps():
     optimization.WarmupLinearDecay(1e-3, 0)
 
 
-@pytest.mark.parametrize("name", ["adamw", "lamb"])
+def _original_adam_weight_decay(params, grads_per_step, rates, decayed,
+                                weight_decay=0.01):
+  """google-research/bert's AdamWeightDecayOptimizer.apply_gradients,
+  transcribed from its published source into numpy: no bias correction,
+  epsilon 1e-6 outside the square root, decay added to the update."""
+  params = {k: v.astype(np.float64) for k, v in params.items()}
+  m = {k: np.zeros_like(v) for k, v in params.items()}
+  v = {k: np.zeros_like(p) for k, p in params.items()}
+  history = []
+  for grads, lr in zip(grads_per_step, rates):
+    for name, param in params.items():
+      grad = grads[name].astype(np.float64)
+      m[name] = 0.9 * m[name] + (1.0 - 0.9) * grad
+      v[name] = 0.999 * v[name] + (1.0 - 0.999) * np.square(grad)
+      update = m[name] / (np.sqrt(v[name]) + 1e-6)
+      if name in decayed:
+        update += weight_decay * param
+      params[name] = param - lr * update
+    history.append({k: p.copy() for k, p in params.items()})
+  return history
+
+
+def test_adamw_is_the_originals_update_step_by_step():
+  """Eight unclipped steps with warmup and decay, against the transcription:
+  a bias correction (Keras's AdamW: steps 3-5x smaller at first), epsilon
+  inside or a decay on the bias each fail it."""
+  rng = np.random.default_rng(0)
+  layer = keras.layers.Dense(5, name="dense")
+  layer.build((None, 3))
+  variables = layer.trainable_variables
+  start = {v.path: rng.normal(size=v.shape).astype("float32")
+           for v in variables}
+  for v in variables:
+    v.assign(start[v.path])
+  steps = 8
+  optimizer = optimization.create_optimizer("adamw", 1e-2, steps, 2)
+  schedule = optimization.WarmupLinearDecay(1e-2, steps, 2)
+  grads = [{v.path: (rng.normal(size=v.shape) * 10.0 ** rng.integers(-4, 1)
+                     ).astype("float32") for v in variables}
+           for _ in range(steps)]
+  want = _original_adam_weight_decay(
+      start, grads, [float(schedule(i)) for i in range(steps)],
+      decayed={"dense/kernel"})
+  for step in range(steps):
+    optimizer.apply([grads[step][v.path] for v in variables], variables)
+    for v in variables:
+      np.testing.assert_allclose(np.asarray(v), want[step][v.path],
+                                 rtol=2e-6, atol=1e-7,
+                                 err_msg=f"{v.path} after step {step + 1}")
+  # The point of matching it: Keras's bias-corrected AdamW moves less early.
+  keras_adamw = optimization.create_optimizer("keras_adamw", 1e-2, steps, 2)
+  for v in variables:
+    v.assign(start[v.path])
+  keras_adamw.apply([grads[0][v.path] for v in variables], variables)
+  keras_adamw.apply([grads[1][v.path] for v in variables], variables)
+  ours = np.abs(want[1]["dense/kernel"] - start["dense/kernel"]).mean()
+  theirs = np.abs(np.asarray(variables[0]) - start["dense/kernel"]).mean()
+  assert ours > 2.0 * theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("name", ["adamw", "keras_adamw", "lamb"])
 def test_weight_decay_skips_layer_norm_and_bias(name):
   layer = keras.layers.Dense(3, name="dense")
   layer.build((None, 2))
@@ -59,11 +119,15 @@ def test_hyperparameters_and_loss_scaling():
                                          mixed_precision="mixed_float16")
   assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)
   assert isinstance(scaled.inner_optimizer, keras.optimizers.Lamb)
+  assert isinstance(optimizer, optimization.AdamWeightDecay)
+  keras_adamw = optimization.create_optimizer("keras_adamw", 1e-4, 100, 10)
+  assert not isinstance(keras_adamw, optimization.AdamWeightDecay)
+  assert isinstance(keras_adamw, keras.optimizers.AdamW)
   with pytest.raises(ValueError, match="adamw"):
     optimization.create_optimizer("sgd", 1e-4, 100)
 
 
-@pytest.mark.parametrize("name", ["adamw", "lamb"])
+@pytest.mark.parametrize("name", ["adamw", "keras_adamw", "lamb"])
 def test_weight_decay_on_bert_follows_the_original_exclusions(name):
   """On every BertPretrainer weight, by its original name: google-research/
   bert decays all but those matching "LayerNorm", "layer_norm" or "bias"."""

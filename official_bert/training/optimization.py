@@ -1,7 +1,6 @@
-"""BERT's optimisation: AdamW or LAMB, linear warmup then linear decay to 0.
+"""BERT's optimisation: the original's AdamW or LAMB, linear warmup then decay.
 
-As google-research/bert's `optimization.py`, with Keras optimizers instead of
-hand-written update rules:
+As google-research/bert's `optimization.py`:
 
     lr(step) = peak * step / warmup                      step <  warmup
     lr(step) = peak * (1 - step / num_train_steps)       step >= warmup
@@ -12,9 +11,21 @@ warming up; both pieces meet at `peak * (1 - warmup / num_train_steps)`.)
     optimizer = optimization.create_optimizer(
         "adamw", learning_rate=1e-4, num_train_steps=1000, num_warmup_steps=100)
 
-AdamW: beta 0.9/0.999, epsilon 1e-6, weight decay 0.01. LAMB: the same with
-the layer-wise trust ratio (You et al., 2019), for large batches. Both skip
-weight decay on LayerNorm (`gamma`, `beta`) and biases, as the original.
+"adamw" (the default of every program) is the original's
+`AdamWeightDecayOptimizer`: beta 0.9/0.999, epsilon 1e-6, decoupled weight
+decay 0.01, and **no bias correction**:
+
+    m = 0.9 m + 0.1 g;  v = 0.999 v + 0.001 g^2
+    w -= lr * (m / (sqrt(v) + 1e-6) + 0.01 w)
+
+Its first steps are therefore several times larger than bias-corrected
+Adam's (m/sqrt(v) starts near 0.1/sqrt(0.001) = 3.2 per coordinate), and the
+paper's fine-tuning rates (2e-5 to 5e-5) were tuned for exactly that update.
+"keras_adamw" is Keras's AdamW (bias-corrected, epsilon added to the
+uncorrected sqrt(v)), the usual modern update. "lamb": Keras's LAMB with the
+same settings and the layer-wise trust ratio (You et al., 2019), for large
+batches. All skip weight decay on LayerNorm (`gamma`, `beta`) and biases, as
+the original.
 
 Gradients are *not* clipped or all-reduced by these optimizers: `trainer.py`
 sums them across replicas once, clips them by the global norm of the summed
@@ -27,7 +38,7 @@ import keras
 # Variable names (Keras `variable.name`) that get no weight decay: the
 # LayerNorm scale/offset and every bias (`bias`, `output_bias`).
 NO_DECAY_NAMES = ("gamma", "beta", "bias")
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "keras_adamw", "lamb")
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
@@ -70,6 +81,34 @@ class _PreReduced:
     return list(grads_and_vars)
 
 
+@keras.saving.register_keras_serializable(package="official_bert")
+class AdamWeightDecay(keras.optimizers.AdamW):
+  """google-research/bert's `AdamWeightDecayOptimizer`: Adam without bias
+  correction, plus decoupled weight decay (see the module docstring).
+
+  Keras's AdamW with its update step replaced: the same variables (a
+  momentum and a velocity per weight, `iterations`), so checkpoints written
+  with either restore into the other. Keras applies the decay `w -= lr * wd
+  * w` before the step; the original adds `wd * w` to the update computed
+  from the gradient alone, the same sum.
+  """
+
+  def update_step(self, gradient, variable, learning_rate):
+    lr = keras.ops.cast(learning_rate, variable.dtype)
+    gradient = keras.ops.cast(gradient, variable.dtype)
+    index = self._get_variable_index(variable)
+    m, v = self._momentums[index], self._velocities[index]
+    self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
+    self.assign(v, self.beta_2 * v +
+                (1.0 - self.beta_2) * keras.ops.square(gradient))
+    self.assign_sub(variable,
+                    lr * m / (keras.ops.sqrt(v) + self.epsilon))
+
+
+class PreReducedAdamWeightDecay(_PreReduced, AdamWeightDecay):
+  """AdamWeightDecay fed gradients the trainer already all-reduced."""
+
+
 class PreReducedAdamW(_PreReduced, keras.optimizers.AdamW):
   """keras.optimizers.AdamW fed gradients the trainer already all-reduced."""
 
@@ -83,7 +122,7 @@ def create_optimizer(name, learning_rate, num_train_steps, num_warmup_steps=0,
   """BERT's optimizer with its learning-rate schedule.
 
   Args:
-    name: "adamw" or "lamb".
+    name: "adamw" (the original's update), "keras_adamw" or "lamb".
     learning_rate: peak learning rate (after warmup).
     num_train_steps: steps to decay the rate to 0 over.
     num_warmup_steps: steps of linear warmup.
@@ -100,7 +139,8 @@ def create_optimizer(name, learning_rate, num_train_steps, num_warmup_steps=0,
   if name not in OPTIMIZERS:
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
   schedule = WarmupLinearDecay(learning_rate, num_train_steps, num_warmup_steps)
-  cls = PreReducedAdamW if name == "adamw" else PreReducedLamb
+  cls = {"adamw": PreReducedAdamWeightDecay, "keras_adamw": PreReducedAdamW,
+         "lamb": PreReducedLamb}[name]
   optimizer = cls(learning_rate=schedule, weight_decay=weight_decay,
                   beta_1=0.9, beta_2=0.999, epsilon=1e-6, name=name)
   optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY_NAMES))
