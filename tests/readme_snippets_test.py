@@ -58,10 +58,10 @@ BLOCKS = {
     "--do_eval=true \\": "glue",
     "python -m official_bert.run_classifier \\": "classifier",
     "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
-    "python -m tests.pydocs_ner --output_dir=/tmp/pydocs_ner "
+    "python -m tools.pydocs_ner --output_dir=/tmp/pydocs_ner "
     "--max_eval_sentences=600": "ner from the quickstart",
     "python -m official_bert.run_squad \\": "squad",
-    "python -m tests.squad_task --out_dir=/tmp/pydocs_qa":
+    "python -m tools.squad_task --out_dir=/tmp/pydocs_qa":
         "squad from the quickstart",
     "python -m official_bert.convert_checkpoint "
     "--source=uncased_L-12_H-768_A-12 --output_dir=/tmp/bert_base":

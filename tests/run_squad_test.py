@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from official_bert.tasks import squad_metrics
-from tests import squad_task
 from tests import testing
+from tools import squad_task
 
 SAMPLE = os.path.join(testing.SHARED_DATA, "squad_v2_sample.json")
 
