@@ -1,4 +1,4 @@
-"""The package layering of README "Where things are", checked on the source.
+"""The package layering of docs/architecture.md, checked on the source.
 
 Reads every module's imports with `ast` (function-level imports included;
 nothing is imported, so no TensorFlow) and checks the dependency rules:

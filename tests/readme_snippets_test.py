@@ -576,7 +576,8 @@ def test_every_block_is_known():
   missing = [(page, first) for page in BLOCKS for first in BLOCKS[page]
              if (page, first) not in found]
   assert not missing, f"blocks that disappeared: {missing}"
-  assert len(found) == len(set(found)), "two blocks of a page share a first line"
+  assert len(found) == len(set(found)), (
+      "two blocks of a page share a first line")
   names = [name for page in BLOCKS.values() for name in page.values()]
   assert len(names) == len(set(names)), "two BLOCKS share a name"
 

@@ -1,1 +1,2 @@
-"""Programs that write the rule-labelled tasks the docs fine-tune on (from the shared corpus)."""
+"""Programs the docs run: the rule-labelled tasks fine-tuned on in
+docs/fine-tuning.md, made from the shared corpus."""
