@@ -15,7 +15,8 @@ import pytest
 
 from tests import testing
 
-PACKAGES = ("official_bert", "tfrecords", "export", "tests", "benchmarks")
+PACKAGES = ("official_bert", "tfrecords", "export", "tests", "benchmarks",
+            "tools")
 
 
 def _load_build():

@@ -1,4 +1,4 @@
-"""The package layering of README "Where things are", checked on the source.
+"""The package layering of docs/architecture.md, checked on the source.
 
 Reads every module's imports with `ast` (function-level imports included;
 nothing is imported, so no TensorFlow) and checks the dependency rules:
@@ -11,7 +11,9 @@ nothing is imported, so no TensorFlow) and checks the dependency rules:
 - the model (official_bert.modeling) imports only keras, numpy, the standard
   library, configs and itself: no TensorFlow, so it runs on any Keras backend;
 - the training loop (training/trainer.py, training/train_step.py) imports no
-  model module: the program that builds the model chooses its kernels.
+  model module: the program that builds the model chooses its kernels;
+- `tools` (the task generators the docs tell users to run) imports no
+  `tests`, so a user's clone needs no test module to run them.
 
 Each rule is also checked against a planted violation, so a checker that
 cannot see an import (a missed node type, a wrong path) fails here.
@@ -125,6 +127,11 @@ def trainer_violations(modules):
           if _within(i, ("official_bert.modeling",))]
 
 
+def tools_violations(modules):
+  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+          if _within(i, ("tests",))]
+
+
 def _library():
   found = {}
   for package in LIBRARY:
@@ -162,6 +169,11 @@ def test_model_imports_no_tensorflow():
 
 def test_training_loop_imports_no_model_module():
   assert trainer_violations(_training_loop()) == []
+
+
+def test_tools_import_no_tests():
+  assert {"tools.pydocs_ner", "tools.squad_task"} <= set(_modules("tools"))
+  assert tools_violations(_modules("tools")) == []
 
 
 @pytest.mark.parametrize("source, module, expected", [
@@ -202,3 +214,4 @@ def test_each_rule_sees_a_planted_violation(tmp_path):
       "from official_bert.modeling import gradients\n"))
   assert trainer_violations(planted(
       "from official_bert.modeling import gradients\n"))
+  assert tools_violations(planted("from tests import testing\n"))

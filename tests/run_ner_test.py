@@ -1,5 +1,5 @@
 """run_ner.py as a real program on a CoNLL task made from the Python docs
-(tests/pydocs_ner.py): it trains, evaluates with the entity metric, writes
+(tools/pydocs_ner.py): it trains, evaluates with the entity metric, writes
 test_predictions.txt, exports a model whose tags from raw text equal those
 predictions, resumes after SIGKILL, and rejects a line without a tag with
 one sentence."""
@@ -14,8 +14,8 @@ import time
 import pytest
 
 from official_bert.tasks import ner
-from tests import pydocs_ner
 from tests import testing
+from tools import pydocs_ner
 
 
 def _task(directory):

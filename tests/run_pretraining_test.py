@@ -178,7 +178,7 @@ def _unigram_baseline(path, seq, preds):
 def test_end_to_end_on_real_text(tmp_path):
   """The data job on the shared corpus, a small BERT: loss falls, eval written.
 
-  Kept small for CI (L2 H64, batch 16, seq 64, 150 steps); the README's
+  Kept small for CI (L2 H64, batch 16, seq 64, 150 steps); docs/pretraining.md's
   L2 H128 run at seq 128 is the full-size version of the same command.
   """
   testing.require_shared_data()
@@ -216,7 +216,7 @@ def test_end_to_end_on_real_text(tmp_path):
   assert json.load(open(tmp_path / "out" / "flags.json"))["kernels"] == "fast"
   # Always guessing the most frequent token ("the", ".", ...) scores ~5%;
   # 150 small steps reach it (the model has learned the unigram); going
-  # well above it takes longer (README: the 600-step run).
+  # well above it takes longer (docs/pretraining.md: the 600-step run).
   baseline = _unigram_baseline(data, 64, 10)
   assert float(results["masked_lm_accuracy"]) > 0.9 * baseline, (
       results, baseline)

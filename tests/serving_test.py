@@ -161,9 +161,9 @@ def test_saved_model_cli_run_matches_keras(exported, served, tmp_path):
   # registered first (as tensorflow_model_server links them in); it loads
   # the graph the TF1 way TF Serving does (session + restore op). Two runs
   # in one process: serving_default and fill_mask. TensorFlow's oneDNN
-  # rewrites on (TF_ENABLE_ONEDNN_OPTS=1, as the README advises for CPU
-  # serving): the fused matmul + bias + GELU / residual-add kernels must give
-  # the same outputs.
+  # rewrites on (TF_ENABLE_ONEDNN_OPTS=1, as docs/export-and-serving.md
+  # advises for CPU serving): the fused matmul + bias + GELU / residual-add
+  # kernels must give the same outputs.
   texts = TEXTS[:2]
   masked = ["the [MASK] sat on the mat"]
   runs = [["saved_model_cli", "run", "--dir", exported["path"], "--tag_set",

@@ -6,10 +6,13 @@ import sys
 
 import pytest
 
+from tools import corpus as _corpus
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(ROOT, "tests", "testdata")
 SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
-CORPUS = os.path.join(SHARED_DATA, "pydocs_corpus.txt")
+CORPUS = _corpus.PYDOCS  # SHARED_DATA/pydocs_corpus.txt
+corpus_documents = _corpus.documents  # (path=CORPUS) -> [[line, ...], ...]
 VOCAB = os.path.join(SHARED_DATA, "bert_uncased_vocab.txt")
 
 # Sizes that are all different, so a swapped axis cannot pass by accident.
@@ -43,23 +46,6 @@ def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
     type_ids[b, n // 2:n] = 1
   ids = rng.integers(1, vocab, size=(batch, seq)).astype(np.int32) * mask
   return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
-
-
-def corpus_documents(path=CORPUS):
-  """The documents of a corpus file (one sentence a line, a blank line
-  between documents): a list of documents, each a list of stripped lines."""
-  docs, current = [], []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        current.append(line)
-      elif current:
-        docs.append(current)
-        current = []
-  if current:
-    docs.append(current)
-  return docs
 
 
 def assert_pooler_kept_others_trained(before_prefix, after_prefix):

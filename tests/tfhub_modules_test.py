@@ -200,11 +200,13 @@ def test_hub_keras_layer_fine_tunes(exported):
 
 
 def test_readme_loading_snippet_runs_as_written(exported):
-  """The README's TF-Hub loading snippet, run in a fresh Python (where
-  tensorflow_text is not imported yet), with /tmp/bert_hub replaced by the
-  fixture's export. Bug caught: the snippet without `import tensorflow_text`
-  (Op type not registered 'TFText>RoundRobinTrim') or without `tf`."""
-  with open(os.path.join(testing.ROOT, "README.md"), encoding="utf-8") as f:
+  """docs/export-and-serving.md's TF-Hub loading snippet, run in a fresh
+  Python (where tensorflow_text is not imported yet), with /tmp/bert_hub
+  replaced by the fixture's export. Bug caught: the snippet without `import
+  tensorflow_text` (Op type not registered 'TFText>RoundRobinTrim') or without
+  `tf`."""
+  with open(os.path.join(testing.ROOT, "docs", "export-and-serving.md"),
+            encoding="utf-8") as f:
     blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
   snippet, = [b for b in blocks if 'hub.KerasLayer("/tmp/bert_hub/' in b]
   snippet = snippet.replace("/tmp/bert_hub",

@@ -17,8 +17,8 @@ import TensorFlow):
     are predicted: 80% become [MASK], 10% a random vocabulary id, 10% stay;
     with do_whole_word_mask, a word and its `##` pieces are chosen together.
 
-Differences from the original, by design (documented in the README): the
-"other document" is drawn from the same window of documents instead of the
+Differences from the original, by design (documented in
+docs/pretraining-data.md): the "other document" is drawn from the same window of documents instead of the
 whole corpus, and instances are shuffled within a window instead of globally,
 so memory is bounded by a window. Each window's random streams are seeded
 from (random_seed, window index, dupe index), so the output does not depend

@@ -2,7 +2,7 @@
 
 Text in, WordPiece ids out, with the semantics of google-research/bert's
 `tokenization.FullTokenizer` (ids equal Hugging Face's `BertWordPieceTokenizer`
-on every line of the shared English corpus; README "Tokenizer" lists the rare
+on every line of the shared English corpus; docs/tokenizer.md lists the rare
 characters where the two references differ):
 
   1. clean: drop NUL, U+FFFD and control/format characters; every whitespace

@@ -15,7 +15,7 @@ Documents are split 8:1:1 into train, dev and test (no document in two
 splits); each document starts with a `-DOCSTART-` line, as CoNLL-2003.
 Sentences with an entity are all kept, plus as many without one.
 
-    python -m tests.pydocs_ner --output_dir=/tmp/pydocs_ner \
+    python -m tools.pydocs_ner --output_dir=/tmp/pydocs_ner \
       --max_train_sentences=3000 --max_eval_sentences=600
 """
 
@@ -24,7 +24,8 @@ import random
 import re
 import sys
 
-from tests import testing
+from tools import corpus as pydocs
+
 
 _FUNC = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\(\)")
 _MOD = re.compile(r"[a-z_][a-z0-9_]+(\.[a-z_][a-z0-9_]+)+")
@@ -72,7 +73,7 @@ def make_task(corpus, max_sentences=None, seed=0, max_words=40):
   """{split: [(doc_index, [(words, tags), ...]), ...]}."""
   rng = random.Random(seed)
   splits = {"train": [], "dev": [], "test": []}
-  for index, doc in enumerate(testing.corpus_documents(corpus)):
+  for index, doc in enumerate(pydocs.documents(corpus)):
     split = {8: "dev", 9: "test"}.get(index % 10, "train")
     tagged, plain = [], []
     for sentence in doc:
@@ -118,7 +119,7 @@ def write_task(directory, corpus, max_sentences=None, seed=0):
 def main(argv):
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.DEFINE_string("output_dir", None, "Where train/dev/test.txt go.")
-  flags.DEFINE_string("corpus", testing.CORPUS, "The pydocs corpus.")
+  flags.DEFINE_string("corpus", pydocs.PYDOCS, "The pydocs corpus.")
   flags.DEFINE_integer("max_train_sentences", None, "Keep the first N.")
   flags.DEFINE_integer("max_eval_sentences", None, "Keep the first N of dev "
                        "and of test.")

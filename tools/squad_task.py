@@ -7,7 +7,7 @@ context; the span is the answer. With `impossible_fraction` > 0 (SQuAD v2.0)
 that share of the questions is moved to a context of another document and
 marked impossible (no answer).
 
-    python -m tests.squad_task --out_dir=/tmp/pydocs_qa
+    python -m tools.squad_task --out_dir=/tmp/pydocs_qa
 
 writes train.json (4000 questions of documents 0-399) and dev.json (1000 of
 documents 400-469), and
@@ -24,7 +24,7 @@ import random
 import re
 
 from official_bert.tasks import squad_metrics
-from tests import testing
+from tools import corpus
 
 _SPAN = re.compile(
     r"(?<![\w.])(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"  # os.path(.join())
@@ -116,7 +116,7 @@ def missing_words_baseline(data):
 
 def write_task(out_dir, version_2=False, seed=0, max_train=None, max_dev=None,
                train_docs=range(0, 400), dev_docs=range(400, 470)):
-  docs = testing.corpus_documents()
+  docs = corpus.documents()
   rng = random.Random(seed)
   fraction = 1 / 3 if version_2 else 0.0
   os.makedirs(out_dir, exist_ok=True)
