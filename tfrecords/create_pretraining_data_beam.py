@@ -150,18 +150,24 @@ class _WriteShard(beam.DoFn):
     index, records = element
     final = shard_path(self._output_prefix, index, self._num_shards)
     temp = FileSystems.join(self._temp_dir, FileSystems.split(final)[1])
-    with FileSystems.create(temp,
-                            compression_type=self._compression_type) as f:
-      batch = []
-      for record in records:
-        if record:
-          batch.append(record)
-        if len(batch) == 4096:
+    try:
+      with FileSystems.create(temp,
+                              compression_type=self._compression_type) as f:
+        batch = []
+        for record in records:
+          if record:
+            batch.append(record)
+          if len(batch) == 4096:
+            f.write(_framed(batch))
+            batch = []
+        if batch:
           f.write(_framed(batch))
-          batch = []
-      if batch:
-        f.write(_framed(batch))
-    FileSystems.rename([temp], [final])
+      FileSystems.rename([temp], [final])
+    except OSError as e:  # BeamIOError is one too
+      raise documents.InputError(
+          f"--output_file={self._output_prefix}: shard {final} could not be "
+          f"written on a Beam worker ({type(e).__name__}: {e}); choose an "
+          "output path every worker can write.") from None
     yield final
 
 
@@ -331,7 +337,9 @@ def _cancel(result):
 
 
 def _remove(paths):
-  existing = [p for p in paths if FileSystems.exists(p)]
+  """Deletes the shard files among `paths` (never a directory in the way)."""
+  existing = [p for p in paths if (os.path.isfile(p) if "://" not in p
+                                   else FileSystems.exists(p))]
   if existing:
     FileSystems.delete(existing)
 
@@ -358,6 +366,7 @@ def main(argv):
         f"--num_output_shards={FLAGS.num_output_shards} must be >= 1.")
   cli.check_input_file("vocab_file", FLAGS.vocab_file)
   cli.check_output_file("output_file", FLAGS.output_file)
+  path = runner_path(FLAGS.runner)
   start = time.time()
   try:
     input_files = documents.expand_inputs(FLAGS.input_file)
@@ -368,11 +377,16 @@ def main(argv):
     options.validate()
   except ValueError as e:
     raise cli.Error(str(e)) from None
-  path = runner_path(FLAGS.runner)
   beam_options = pipeline_options.PipelineOptions(
       argv[1:] + [f"--runner={path}"])
-  pipeline = beam.Pipeline(runner=_runner(FLAGS.runner, path, beam_options),
-                           options=beam_options)
+  try:
+    pipeline = beam.Pipeline(
+        runner=_runner(FLAGS.runner, path, beam_options), options=beam_options)
+  except ValueError as e:  # the runner's checks of its options
+    problems = [line.strip().rstrip(".") for line in str(e).split("\n")[1:]]
+    raise cli.Error(f"--runner={FLAGS.runner} needs pipeline options, given "
+                    f"after `--`: {'; '.join(filter(None, problems))}.") \
+        from None
   compression = "" if FLAGS.compression == "none" else FLAGS.compression
   temp_dir = temp_dir_for(FLAGS.output_file)
   build_pipeline(pipeline, input_files, FLAGS.output_file, FLAGS.vocab_file,
