@@ -6,34 +6,50 @@ pipeline that any Beam runner can spread over machines:
 
   input files --(per file: read, tokenize, window documents)--> windows
     --Reshuffle--> (per window: build, mask, serialize) --> records
-    --WriteToTFRecord--> OUTPUT-00000-of-0000N ...
+    --GroupByKey(shard = crc32(record) % N)--> (per shard: write, rename)
+    --> OUTPUT-00000-of-0000N ...
 
 Parallelism is over input files (reading) and windows (building): give many
 input files for many machines. Windows are formed per file and seeded from
 (random_seed, file index, window index, dupe), so for a single input file the
 records are exactly those of create_pretraining_data.py with the same flags
-(the order within shards is the runner's). Beam writes to a temporary
-directory and renames the shards when the pipeline succeeds.
+(the order within shards is the runner's; which shard holds a record is
+not). Each shard is written in the run's beam-temp-* directory and renamed
+into place; the program removes that directory on success and on failure.
+
+Runner-portable: the transforms are Beam's core ones (Create, ParDo,
+Reshuffle, Flatten, GroupByKey), which every runner runs, DaskRunner included.
+The summary line takes its counts from Beam metrics where the runner reports
+them and otherwise counts the instances in the written shards (documents and
+tokens are then "not reported by this runner"). Workers import this project
+(`pip install .` on them, or --setup_file/--extra_package; see
+docs/pretraining-data.md) and read --input_file and --vocab_file by path, so
+those must be on storage every worker sees.
 
 Usage:
   python -m tfrecords.create_pretraining_data_beam \
     --input_file='corpus/*.txt' --output_file=/tmp/pretrain.tfrecord \
     --vocab_file=vocab.txt --num_output_shards=8 --runner=DirectRunner \
-    [-- other Beam pipeline options, e.g. --direct_num_workers=2]
+    [-- other Beam pipeline options, e.g. --direct_num_workers=2 or, with
+     --runner=DaskRunner, --dask_client_address=tcp://HOST:8786]
 """
 
-import glob
+import importlib
 import logging as logging_std
 import os
-import shutil
 import sys
 import time
+import uuid
+import zlib
 
 from absl import app
 from absl import flags
 from absl import logging
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
+import numpy as np
 
 from official_bert import cli
 from official_bert.data import features
@@ -42,6 +58,13 @@ from tfrecords import instances
 from tfrecords import job_flags
 
 _COUNTERS = "create_pretraining_data"
+
+# Beam 2.77 lists its runners in StandardOptions.ALL_KNOWN_RUNNERS but not
+# its DaskRunner, so `--runner=DaskRunner` would be refused by name.
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+# What a runner imports at run time beyond apache-beam, and how to get it.
+_RUNNER_PACKAGES = {DASK_RUNNER: ("dask.distributed",
+                                  "pip install 'dask[distributed]'")}
 
 
 class _FileToWindows(beam.DoFn):
@@ -61,6 +84,16 @@ class _FileToWindows(beam.DoFn):
 
   def process(self, element):
     file_index, path = element
+    try:
+      yield from self._windows(file_index, path)
+    except OSError as e:
+      # On a cluster the usual cause: the path is not there on the worker.
+      raise documents.InputError(
+          f"--input_file={path} could not be read on a Beam worker "
+          f"({type(e).__name__}: {e}); put the input files on storage "
+          "every worker can read at the same path.") from None
+
+  def _windows(self, file_index, path):
     reader = documents.Reader([path])
     windower = instances.Windower(self._window_tokens)
 
@@ -89,21 +122,96 @@ def _records(window, options):
   return features.split_blob(result.blob, result.lengths)
 
 
+def _keyed_by_shard(record, num_shards):
+  # A hash of the bytes: balanced, and the same shard on every run and runner.
+  return zlib.crc32(record) % num_shards, record
+
+
+def shard_path(output_prefix, index, num_shards):
+  return f"{output_prefix}-{index:05d}-of-{num_shards:05d}"
+
+
+class _WriteShard(beam.DoFn):
+  """(shard index, its records) -> that shard's TFRecord file.
+
+  Written in the run's temporary directory and renamed into place, so a
+  shard is whole or absent (a retried bundle writes it again). Empty
+  records are the markers that make every shard exist; never written.
+  """
+
+  def __init__(self, output_prefix, num_shards, temp_dir, compression_type):
+    super().__init__()
+    self._output_prefix = output_prefix
+    self._num_shards = num_shards
+    self._temp_dir = temp_dir
+    self._compression_type = compression_type
+
+  def process(self, element):
+    index, records = element
+    final = shard_path(self._output_prefix, index, self._num_shards)
+    temp = FileSystems.join(self._temp_dir, FileSystems.split(final)[1])
+    try:
+      with FileSystems.create(temp,
+                              compression_type=self._compression_type) as f:
+        batch = []
+        for record in records:
+          if record:
+            batch.append(record)
+          if len(batch) == 4096:
+            f.write(_framed(batch))
+            batch = []
+        if batch:
+          f.write(_framed(batch))
+      FileSystems.rename([temp], [final])
+    except OSError as e:  # BeamIOError is one too
+      raise documents.InputError(
+          f"--output_file={self._output_prefix}: shard {final} could not be "
+          f"written on a Beam worker ({type(e).__name__}: {e}); choose an "
+          "output path every worker can write.") from None
+    yield final
+
+
+def _framed(records):
+  lengths = np.array([len(r) for r in records], np.int64)
+  return features.frame_records(b"".join(records), lengths)
+
+
+def temp_dir_for(output_prefix):
+  """A fresh beam-temp-* directory beside the output for one run."""
+  directory, name = FileSystems.split(output_prefix)
+  return FileSystems.join(directory or ".",
+                          f"beam-temp-{name}-{uuid.uuid4().hex}")
+
+
 def build_pipeline(pipeline, input_files, output_prefix, vocab_file, options,
                    do_lower_case=True, window_tokens=1 << 18,
-                   num_output_shards=1, compression=""):
-  """Adds the job to a beam.Pipeline (library entry point, no flags)."""
-  compression_type = (beam.io.filesystem.CompressionTypes.GZIP if compression
-                      else beam.io.filesystem.CompressionTypes.UNCOMPRESSED)
-  return (pipeline
-          | "Files" >> beam.Create(list(enumerate(input_files)))
-          | "Windows" >> beam.ParDo(
-              _FileToWindows(vocab_file, do_lower_case, window_tokens))
-          | "Spread" >> beam.Reshuffle()
-          | "Instances" >> beam.FlatMap(_records, options)
-          | "Write" >> beam.io.WriteToTFRecord(
-              output_prefix, num_shards=num_output_shards,
-              compression_type=compression_type))
+                   num_output_shards=1, compression="", temp_dir=None):
+  """Adds the job to a beam.Pipeline (library entry point, no flags).
+
+  Only core transforms (Create, ParDo, Reshuffle, Flatten, GroupByKey), so
+  every runner runs it as written. Shards are written by a ParDo rather than
+  WriteToTFRecord: that sink reads its temporary directory and the written
+  files as side inputs, which DaskRunner 2.77 recomputes for each reader
+  (a new directory each time; with several partitions the rename fails with
+  "src and dst files do not exist"). Returns the written shard paths.
+  """
+  compression_type = (CompressionTypes.GZIP if compression
+                      else CompressionTypes.UNCOMPRESSED)
+  records = (pipeline
+             | "Files" >> beam.Create(list(enumerate(input_files)))
+             | "Windows" >> beam.ParDo(
+                 _FileToWindows(vocab_file, do_lower_case, window_tokens))
+             | "Spread" >> beam.Reshuffle()
+             | "Instances" >> beam.FlatMap(_records, options)
+             | "Key" >> beam.Map(_keyed_by_shard, num_output_shards))
+  every_shard = pipeline | "Shards" >> beam.Create(
+      [(i, b"") for i in range(num_output_shards)])
+  return ((records, every_shard)
+          | "Merge" >> beam.Flatten()
+          | "Group" >> beam.GroupByKey()
+          | "Write" >> beam.ParDo(_WriteShard(
+              output_prefix, num_output_shards,
+              temp_dir or temp_dir_for(output_prefix), compression_type)))
 
 
 FLAGS = flags.FLAGS
@@ -122,11 +230,75 @@ class _NoInputErrorTraceback(logging_std.Filter):
     return "documents.InputError" not in record.getMessage()
 
 
-def _remove_beam_temp(output_prefix):
-  pattern = os.path.join(os.path.dirname(os.path.abspath(output_prefix)),
-                         f"beam-temp-{os.path.basename(output_prefix)}-*")
-  for path in glob.glob(pattern):
-    shutil.rmtree(path, ignore_errors=True)
+def runner_path(name):
+  """--runner -> the dotted path of its class.
+
+  A short name is one Beam knows (StandardOptions.KNOWN_RUNNER_NAMES, with or
+  without the "Runner" suffix, any case) or DaskRunner; a dotted path is
+  taken as is. Raises cli.Error with one sentence for anything else.
+  """
+  paths = pipeline_options.StandardOptions.ALL_KNOWN_RUNNERS + (DASK_RUNNER,)
+  short = {path.rsplit(".", 1)[1]: path for path in paths}
+  lower = {key.lower(): path for key, path in short.items()}
+  path = lower.get(name.lower()) or lower.get(name.lower() + "runner")
+  if path:
+    return path
+  if "." in name.strip(".") and " " not in name:
+    return name
+  raise cli.Error(f"--runner={name} is not a runner Beam knows; use one of "
+                  f"{', '.join(sorted(short))}, or the dotted path of a "
+                  "PipelineRunner class.")
+
+
+def _runner(name, path, options):
+  """The runner object for --runner=name (resolved to `path`); one sentence
+  when its module or a package it needs cannot be imported."""
+  module, class_name = path.rsplit(".", 1)
+  try:
+    runner_class = getattr(importlib.import_module(module), class_name)
+    needed = _RUNNER_PACKAGES.get(path)
+    if needed:
+      importlib.import_module(needed[0])
+  except ImportError as e:
+    how = (_RUNNER_PACKAGES[path][1] if path in _RUNNER_PACKAGES else
+           "install the package that provides it, or check the dotted path")
+    raise cli.Error(f"--runner={name} cannot be used: {e.msg}; {how}.") \
+        from None
+  except AttributeError:
+    raise cli.Error(f"--runner={name}: module {module} has no {class_name}; "
+                    "check the dotted path.") from None
+  return _in_process_runner(name, options) or runner_class()
+
+
+def _metric_counts(result):
+  """The job's counters, or {} where the runner does not report metrics
+  (DaskRunner's metrics() raises NotImplementedError)."""
+  try:
+    counters = result.metrics().query(
+        beam.metrics.MetricsFilter().with_namespace(_COUNTERS))["counters"]
+  except NotImplementedError:
+    return {}
+  return {c.key.metric.name: c.committed if c.committed is not None
+          else c.attempted for c in counters}
+
+
+def count_records(paths, compression):
+  """(instances, random-next instances) in the written shards."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  paths = [p for p in paths if tf.io.gfile.exists(p)]
+  if not paths:
+    return 0, 0
+  spec = {"next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
+  labels = tf.data.TFRecordDataset(paths, compression_type=compression).batch(
+      4096).map(lambda r: tf.io.parse_example(r, spec)["next_sentence_labels"])
+  instances = random_next = 0
+  for batch in labels:
+    instances += int(batch.shape[0])
+    random_next += int(tf.reduce_sum(batch))
+  return instances, random_next
+
+
+DIRECT_RUNNER = "apache_beam.runners.direct.direct_runner.DirectRunner"
 
 
 def _in_process_runner(name, options):
@@ -142,7 +314,7 @@ def _in_process_runner(name, options):
   --direct_running_mode work as in Beam). --runner=PrismRunner asks for
   Prism by name.
   """
-  if name.lower() not in ("direct", "directrunner"):
+  if name.lower() not in ("direct", "directrunner", DIRECT_RUNNER.lower()):
     return None
   # pylint: disable=g-import-not-at-top
   from apache_beam.portability.api import beam_provision_api_pb2
@@ -153,6 +325,33 @@ def _in_process_runner(name, options):
       options.get_all_options())
   return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
       beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+def _cancel(result):
+  if result is None:
+    return
+  try:
+    result.cancel()
+  except Exception:  # pylint: disable=broad-except  # not every runner can
+    pass
+
+
+def _remove(paths):
+  """Deletes the shard files among `paths` (never a directory in the way)."""
+  existing = [p for p in paths if (os.path.isfile(p) if "://" not in p
+                                   else FileSystems.exists(p))]
+  if existing:
+    FileSystems.delete(existing)
+
+
+def _input_error(error):
+  """The one sentence of the InputError behind `error` (a worker's, as the
+  runner re-raises it), or None."""
+  while error is not None:
+    if isinstance(error, documents.InputError):
+      return str(error).split(" [while running")[0]
+    error = error.__cause__ or error.__context__
+  return None
 
 
 def main(argv):
@@ -167,6 +366,7 @@ def main(argv):
         f"--num_output_shards={FLAGS.num_output_shards} must be >= 1.")
   cli.check_input_file("vocab_file", FLAGS.vocab_file)
   cli.check_output_file("output_file", FLAGS.output_file)
+  path = runner_path(FLAGS.runner)
   start = time.time()
   try:
     input_files = documents.expand_inputs(FLAGS.input_file)
@@ -178,42 +378,69 @@ def main(argv):
   except ValueError as e:
     raise cli.Error(str(e)) from None
   beam_options = pipeline_options.PipelineOptions(
-      argv[1:] + [f"--runner={FLAGS.runner}"])
-  pipeline = beam.Pipeline(
-      runner=_in_process_runner(FLAGS.runner, beam_options),
-      options=beam_options)
+      argv[1:] + [f"--runner={path}"])
+  try:
+    pipeline = beam.Pipeline(
+        runner=_runner(FLAGS.runner, path, beam_options), options=beam_options)
+  except ValueError as e:  # the runner's checks of its options
+    problems = [line.strip().rstrip(".") for line in str(e).split("\n")[1:]]
+    raise cli.Error(f"--runner={FLAGS.runner} needs pipeline options, given "
+                    f"after `--`: {'; '.join(filter(None, problems))}.") \
+        from None
+  compression = "" if FLAGS.compression == "none" else FLAGS.compression
+  temp_dir = temp_dir_for(FLAGS.output_file)
   build_pipeline(pipeline, input_files, FLAGS.output_file, FLAGS.vocab_file,
                  options, FLAGS.do_lower_case, FLAGS.window_tokens,
-                 FLAGS.num_output_shards,
-                 "" if FLAGS.compression == "none" else FLAGS.compression)
+                 FLAGS.num_output_shards, compression, temp_dir)
   for handler in logging_std.getLogger().handlers:
     handler.addFilter(_NoInputErrorTraceback())
+  shards = [shard_path(FLAGS.output_file, i, FLAGS.num_output_shards)
+            for i in range(FLAGS.num_output_shards)]
+  result = None
   try:
     result = pipeline.run()
     result.wait_until_finish()
-  except documents.InputError as e:
-    _remove_beam_temp(FLAGS.output_file)
-    raise cli.Error(str(e).split(" [while running")[0]) from None
-  counts = {c.key.metric.name: c.committed for c in result.metrics().query(
-      beam.metrics.MetricsFilter().with_namespace(_COUNTERS))["counters"]}
-  if not counts.get("instances"):
-    for i in range(FLAGS.num_output_shards):
-      path = f"{FLAGS.output_file}-{i:05d}-of-{FLAGS.num_output_shards:05d}"
-      if os.path.exists(path):
-        os.remove(path)
+    counts = _metric_counts(result)
+  except BaseException as e:
+    _cancel(result)  # a cluster may still be running the job's other tasks
+    _remove(shards)  # a failed run keeps none of its shards
+    sentence = _input_error(e)
+    if sentence:
+      raise cli.Error(sentence) from None
+    raise
+  finally:
+    if FileSystems.exists(temp_dir):
+      FileSystems.delete([temp_dir])
+  runner_name = path.rsplit(".", 1)[1]
+  from_metrics = "instances" in counts
+  if not from_metrics:
+    counts["instances"], counts["random_next"] = count_records(shards,
+                                                                compression)
+  if not counts["instances"]:
+    _remove(shards)
     raise cli.Error(f"No documents in --input_file ({', '.join(input_files)}): the "
           "files are empty or blank; give text with one sentence per line "
           "and a blank line between documents.")
   seconds = time.time() - start
-  logging.info("Counters: %s", counts)
+  logging.info("Counters (%s): %s", "Beam metrics" if from_metrics else
+               "counted from the shards", counts)
+  if from_metrics:
+    source = (f"from {counts.get('documents', 0):,} documents, "
+              f"{counts.get('tokens', 0):,} tokens ")
+    problems = (f"; skipped {counts.get('undecodable_lines', 0)} undecodable "
+                f"lines (bytes dropped), {counts.get('empty_files', 0)} "
+                "empty files")
+  else:
+    source = ""
+    problems = (f"; documents, tokens, undecodable lines, empty files: not "
+                f"reported by this runner ({runner_name} has no metrics; "
+                "instances counted from the shards)")
   print(f"[create_pretraining_data_beam] done: wrote {counts['instances']:,} "
         f"instances ({counts.get('random_next', 0) / counts['instances']:.1%} "
-        f"random next) from {counts.get('documents', 0):,} documents, "
-        f"{counts.get('tokens', 0):,} tokens to {FLAGS.num_output_shards} "
+        f"random next) {source}to {FLAGS.num_output_shards} "
         f"shard(s) of {FLAGS.output_file} in {seconds:.1f} s "
-        f"({counts['instances'] / seconds:,.0f} instances/s); skipped "
-        f"{counts.get('undecodable_lines', 0)} undecodable lines (bytes "
-        f"dropped), {counts.get('empty_files', 0)} empty files",
+        f"({counts['instances'] / seconds:,.0f} instances/s) on "
+        f"{runner_name}{problems}",
         file=sys.stderr, flush=True)
 
 
@@ -222,5 +449,9 @@ if __name__ == "__main__":
       output_file_help="Output prefix: shards are named PREFIX-00000-of-0000N.",
       num_output_shards_help="Number of output shards.")
   flags.adopt_module_key_flags(job_flags)  # listed by --help
-  flags.DEFINE_string("runner", "DirectRunner", "The Beam runner.")
+  flags.DEFINE_string(
+      "runner", "DirectRunner",
+      "The Beam runner: a short name Beam knows (DirectRunner, "
+      "DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...), "
+      "DaskRunner, or a dotted class path. Its own options go after `--`.")
   cli.run(main)
