@@ -116,10 +116,10 @@ def write_huggingface(model, directory, vocab_file, do_lower_case,
   Returns the list of file names written (tokenizer.json is one of them
   when the tokenizers package is importable).
   """
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  save_file(state_dict(model, encoder_only),
-            os.path.join(directory, "model.safetensors"),
-            metadata={"format": "pt"})
+  from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
+  # save() and a plain open(): the umask's modes (save_file makes 0600).
+  with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+    f.write(save(state_dict(model, encoder_only), metadata={"format": "pt"}))
   _write_json(directory, "config.json", config_json(model, encoder_only))
   return ["model.safetensors", "config.json"] + write_tokenizer(
       directory, vocab_file, do_lower_case, model.config)
