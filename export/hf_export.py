@@ -147,7 +147,6 @@ def write_tokenizer(directory, vocab_file, do_lower_case, config):
   tokenizer = BertWordPieceTokenizer(
       vocab_file, lowercase=do_lower_case, strip_accents=None,
       clean_text=True, handle_chinese_chars=True, wordpieces_prefix="##")
-  tokenizer.enable_truncation(config.max_position_embeddings)
   tokenizer.save(os.path.join(directory, "tokenizer.json"))
   return written + ["tokenizer.json"]
 
