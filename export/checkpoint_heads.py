@@ -1,17 +1,19 @@
 """Reads any official_bert checkpoint as google-research/bert-named arrays,
 and says which head it holds.
 
-What `export_checkpoint` writes depends on the checkpoint's head:
+What `export_checkpoint` writes depends on the checkpoint's head (`task`):
 
-  task          found in the checkpoint                   original head names
-  pretraining   model/cls_predictions + cls_seq_relationship  cls/predictions/...,
-                (or TF1 cls/predictions + cls/seq_relationship) cls/seq_relationship/...
-  masked_lm     model/cls_predictions only                 cls/predictions/...
-  encoder       model/encoder only (converted, TF1 bert/...)   -
-  classifier    model/classifier, run_classifier's flags.json  output_weights [C, H],
-  regression    the same with one output                       output_bias [C]
-  squad         model/classifier, run_squad's flags.json       cls/squad/output_weights [2, H]
-  ner           model/classifier, run_ner's flags.json         output_weights [C, H]
+  pretraining  model/cls_predictions and model/cls_seq_relationship (or the
+               TF1 cls/predictions/..., cls/seq_relationship/...)
+  masked_lm    model/cls_predictions alone
+  encoder      model/encoder alone (a converted encoder, TF1 bert/...)
+  classifier   model/classifier of run_classifier (TF1: output_weights
+               [C, H], output_bias [C], the original's run_classifier.py)
+  regression   the same with one output (STS-B, --task_type=regression)
+  squad        model/classifier of run_squad (TF1: cls/squad/output_weights
+               [2, H], cls/squad/output_bias, the original's run_squad.py)
+  ner          model/classifier of run_ner (no original program; kept here
+               under run_classifier's names, never written as TF1)
 
 A fine-tuned checkpoint does not say which program wrote it (the three
 heads are all `model/classifier`), so the run's `flags.json` beside it does
@@ -30,7 +32,6 @@ import tensorflow as tf
 
 from export import saved_model_io
 from official_bert import configs
-from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import finetuning_models
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.training import checkpoint_names
@@ -137,9 +138,8 @@ def _read_ours(config, prefix, shapes, task):
                          _arrays_of(model), prefix)
   kernel = [n for n in names if n.startswith(_CLASSIFIER) and "kernel" in n]
   if not kernel:
-    encoder = encoder_lib.BertEncoder.from_bert_config(config,
-                                                       kernels="keras")
-    encoder.build({name: (None, None) for name in encoder_lib.INPUT_NAMES})
+    encoder = pretrainer_lib.BertPretrainer.from_bert_config(
+        config, use_next_sentence=False, kernels="keras").encoder  # built
     checkpoints.restore_encoder(encoder, prefix)
     return ExportedModel(config, "encoder", _arrays_of(encoder), prefix)
   num_classes = shapes[kernel[0]][-1]

@@ -315,6 +315,69 @@ def test_fine_tuned_heads_give_our_logits_in_transformers(task, tmp_path):
     assert config.problem_type == "single_label_classification"
 
 
+def test_a_real_run_classifier_output_dir_exports_with_its_labels(tmp_path):
+  """The detection reads what run_classifier really writes (flags.json,
+  label_list.json, trainer checkpoints with the optimizer)."""
+  testing.require_shared_data()
+  from tests import run_classifier_test  # pylint: disable=g-import-not-at-top
+  task, out = tmp_path / "task", tmp_path / "out"
+  run_classifier_test.write_task(str(task), per_class_train=8,
+                                 per_class_dev=2)
+  config_file = run_classifier_test._config_file(tmp_path / "config.json")  # pylint: disable=protected-access
+  testing.run_cli(run_classifier_test._flags(  # pylint: disable=protected-access
+      task, out, config_file, "--do_train", "--train_batch_size=8",
+      "--num_train_epochs=1", "--steps_per_loop=1"), timeout=300)
+  exported = export_checkpoint.export(tmp_path / "hf", "huggingface",
+                                      config_file, str(out), testing.VOCAB)
+  assert exported.task == "classifier" and exported.prefix.endswith("ckpt-2")
+  with open(out / "label_list.json") as f:
+    labels = json.load(f)
+  assert exported.labels == labels == sorted(run_classifier_test.PARTS)
+  hf_model = _no_missing_weights(
+      transformers.BertForSequenceClassification, tmp_path / "hf")
+  assert hf_model.config.label2id == {"c_api": 0, "whatsnew": 1}
+  model = finetuning_models.BertClassifier.from_bert_config(
+      configs.BertConfig.from_json_file(config_file), num_classes=2)
+  checkpoints.restore_model(model, str(out))
+  x = testing.random_inputs(vocab=30522)
+  with torch.no_grad():
+    theirs = hf_model(**_torch(x)).logits.numpy()
+  np.testing.assert_allclose(theirs, model(x, training=False), atol=ATOL)
+
+
+@pytest.mark.parametrize("task,class_name", [
+    ("masked_lm", "BertForMaskedLM"), ("encoder", "BertModel")])
+def test_masked_lm_alone_and_encoder_alone(task, class_name, tmp_path):
+  config = testing.tiny_config()
+  model = pretrainer_lib.BertPretrainer.from_bert_config(
+      config, use_next_sentence=False)
+  _perturb(model)
+  root = model if task == "masked_lm" else tf.train.Checkpoint(
+      encoder=model.encoder)  # As convert_checkpoint writes an encoder.
+  prefix = tf.train.Checkpoint(model=root).write(str(tmp_path / "ck" / "c-1"))
+  exported = export_checkpoint.export(
+      tmp_path / "hf", "huggingface", _config_file(str(tmp_path), config),
+      prefix, _tiny_vocab(tmp_path))
+  assert exported.task == task
+  hf_model = _no_missing_weights(getattr(transformers, class_name),
+                                 tmp_path / "hf")
+  x = testing.random_inputs()
+  with torch.no_grad():
+    theirs = hf_model(**_torch(x))
+  if task == "masked_lm":
+    positions = np.array([[1, 2, 6], [0, 2, 4], [3, 1, 1]], np.int32)
+    ours = model({**x, "masked_lm_positions": positions}, training=False)
+    np.testing.assert_allclose(
+        np.take_along_axis(theirs.logits.numpy(), positions[..., None], 1),
+        ours["mlm_logits"], atol=ATOL)
+  else:
+    ours = model.encoder(x, training=False)
+    np.testing.assert_allclose(theirs.last_hidden_state.numpy(),
+                               ours["sequence_output"], atol=ATOL)
+    np.testing.assert_allclose(theirs.pooler_output.numpy(),
+                               ours["pooled_output"], atol=ATOL)
+
+
 def test_fine_tuned_checkpoint_without_its_run_files_needs_task(tmp_path):
   _fine_tuned_run(str(tmp_path / "run"), "ner")
   os.remove(tmp_path / "run" / "flags.json")
