@@ -25,6 +25,7 @@ Formats (`--export_dir` must not exist; it appears only when complete):
                          NER heads have no original names and are refused.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -106,27 +107,22 @@ def write_tf1(model, directory, vocab_file):
     shutil.copyfileobj(src, dst)
 
 
-class _atomic_dir:  # pylint: disable=invalid-name
-  """A hidden directory beside `path`, renamed to `path` when the block ends
-  without error (removed otherwise). os.mkdir: the umask's modes."""
-
-  def __init__(self, path):
-    self.path = path
-    parent = os.path.dirname(path)
-    self.tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-"
-                            f"{os.getpid()}-{secrets.token_hex(4)}")
-
-  def __enter__(self):
-    os.makedirs(os.path.dirname(self.path), exist_ok=True)
-    os.mkdir(self.tmp)
-    return self.tmp
-
-  def __exit__(self, kind, value, traceback):
-    if kind is None:
-      os.rename(self.tmp, self.path)
-    else:
-      shutil.rmtree(self.tmp, ignore_errors=True)
-    return False
+@contextlib.contextmanager
+def _atomic_dir(path):
+  """Yields a hidden directory beside `path`, renamed to `path` when the
+  block ends without error and removed otherwise. os.mkdir, not
+  tempfile.mkdtemp: the umask's modes (mkdtemp makes 0700)."""
+  parent = os.path.dirname(path)
+  tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-"
+                     f"{os.getpid()}-{secrets.token_hex(4)}")
+  os.makedirs(parent, exist_ok=True)
+  os.mkdir(tmp)
+  try:
+    yield tmp
+    os.rename(tmp, path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
 
 
 def main(argv):

@@ -17,6 +17,7 @@
 Names come from `checkpoint_names.hf_name`, the project's one name table.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -104,7 +105,6 @@ def config_json(model, encoder_only=False):
 
 
 def _config_fields():
-  import dataclasses  # pylint: disable=g-import-not-at-top
   return [f for f in dataclasses.fields(configs.BertConfig)
           if f.name != "extra"]
 

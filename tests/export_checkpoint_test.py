@@ -545,6 +545,19 @@ def test_google_tf1_fine_tuned_heads_use_the_originals_names(task, names,
 
 # ------------------------------------------------------------ bad input ----
 
+def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
+  _, config_file = _fine_tuned_run(str(tmp_path / "run"), "classifier")
+  vocab = _tiny_vocab(tmp_path)
+
+  def fail(*args):
+    raise OSError(28, "No space left on device", str(tmp_path / "x"))
+  monkeypatch.setattr(hf_export, "write_tokenizer", fail)
+  with pytest.raises(OSError):
+    export_checkpoint.export(tmp_path / "hf", "huggingface", config_file,
+                             str(tmp_path / "run"), vocab)
+  assert sorted(os.listdir(tmp_path)) == ["run", "vocab.txt"]  # no temp dir
+
+
 def test_bad_input_is_one_sentence(tmp_path):
   _, config_file = _fine_tuned_run(str(tmp_path / "run"), "ner")
   vocab = _tiny_vocab(tmp_path)
