@@ -69,7 +69,7 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
     raise ValueError(f"cannot read checkpoint {prefix}: "
                      f"{_first_line(e.message)}; pass a complete checkpoint "
                      "(--init_checkpoint)") from None
-  _check_layer_count(names, config, prefix, bert_config_file)
+  check_layer_count(names, config, prefix, bert_config_file)
   # An official_bert pretraining checkpoint or google-research/bert's TF1
   # bert_model.ckpt (original names) carries the masked-LM head.
   has_mlm = ("cls/predictions/output_bias" in names or
@@ -78,7 +78,7 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
   # fine-tuned TF-Hub module, a server), where the fast kernels are slow.
   model = pretrainer_lib.BertPretrainer.from_bert_config(
       config, use_next_sentence=False, kernels="keras")
-  with _quiet_restore(prefix):
+  with quiet_restore(prefix):
     if with_mlm and has_mlm:
       checkpoints.restore_model(model, prefix)
       return model.encoder, model.cls_predictions
@@ -87,7 +87,7 @@ def load_pretrained(bert_config_file, init_checkpoint, with_mlm=True):
 
 
 @contextlib.contextmanager
-def _quiet_restore(prefix):
+def quiet_restore(prefix):
   """Silences TF's restore warnings when a restore fails; names the file.
 
   A restore that raises (a config that does not fit the checkpoint) leaves a
@@ -127,7 +127,7 @@ def sentence(error):
   return str(error)
 
 
-def _check_layer_count(names, config, prefix, bert_config_file):
+def check_layer_count(names, config, prefix, bert_config_file):
   # tf.train.Checkpoint ignores extra objects; a checkpoint with more layers
   # than the config would otherwise export a silently truncated model.
   layers = set()

@@ -14,6 +14,10 @@ Runs the real pipeline, each stage as the same command a user would type:
   6. serving  export/export_saved_model.py          -> serving/<version>/
   7. demo     reloads the exported modules in a fresh process: top-5 fill-mask
               predictions and sentence similarities
+  with --export_huggingface, before the demo:
+     huggingface  export/export_checkpoint.py --format=huggingface
+                                                 -> huggingface/ (transformers'
+                                                 BertForPreTraining + tokenizer)
 
 Every stage writes its outputs atomically and records what it was made from
 (the flags that matter and its inputs) in <output>.made_from.json beside
@@ -58,6 +62,10 @@ flags.DEFINE_integer("train_batch_size", 32, "Pretraining batch size.")
 flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (tiny model).")
 flags.DEFINE_string("model", "L2_H128_A2",
                     "Model size as L<layers>_H<hidden>_A<heads>.")
+flags.DEFINE_bool("export_huggingface", False,
+                  "Also export the pretrained model for Hugging Face "
+                  "transformers (<work_dir>/huggingface: model.safetensors, "
+                  "config.json, tokenizer files).")
 flags.DEFINE_bool("demo_only", False,
                   "Only reload the exported modules from --work_dir and show "
                   "predictions (what stage 7 runs in a fresh process).")
@@ -325,6 +333,8 @@ def run_pipeline(work):
       "hub_preprocessor": os.path.join(work, "hub", "preprocessor"),
       "serving": os.path.join(work, "serving"),
   }
+  if FLAGS.export_huggingface:
+    paths["huggingface"] = os.path.join(work, "huggingface")
   if FLAGS.corpus:
     corpus_made_from = _identity(paths["corpus"])
     _log(f"corpus: {paths['corpus']}")
@@ -428,6 +438,17 @@ def run_pipeline(work):
     _run("serving", ["export.export_saved_model", *common,
                      f"--export_dir={paths['serving']}",
                      f"--max_seq_length={FLAGS.max_seq_length}"])
+
+  if FLAGS.export_huggingface:
+    huggingface = _Stage("huggingface", [paths["huggingface"]],
+                         {"train": train.digest}, work)
+    if huggingface.prepare(lambda: os.path.exists(
+        os.path.join(paths["huggingface"], "model.safetensors"))):
+      _log(f"huggingface: {paths['huggingface']} exists, reused")
+    else:
+      _run("huggingface", ["export.export_checkpoint", *common,
+                           "--format=huggingface",
+                           f"--export_dir={paths['huggingface']}"])
 
   _run("demo", ["official_bert.quickstart", "--demo_only",
                 f"--work_dir={work}"], indent="")

@@ -88,11 +88,21 @@ def test_interrupted_quickstart_resumes_and_shows_predictions(tmp_path):
                "hub_encoder", "hub_preprocessor", "serving"):
     match = re.search(rf"^  {name} +(\S+)$", out, flags=re.M)
     assert match and os.path.exists(match.group(1)), name
-  # A third run redoes nothing but the demo.
+  # A third run redoes nothing but the demo; --export_huggingface adds the
+  # Hugging Face export of the same pretrained model.
   again = testing.run_cli(["-m", "official_bert.quickstart",
-                           f"--work_dir={work}", *SHORT], timeout=600).stdout
+                           f"--work_dir={work}", *SHORT,
+                           "--export_huggingface"], timeout=600).stdout
   for stage in ("corpus", "vocab", "data", "train", "hub", "serving"):
     assert re.search(rf"\[quickstart\] {stage}: .* exists, reused", again), again[-2000:]
+  assert ("[quickstart] huggingface: python -m export.export_checkpoint"
+          in again), again[-2000:]
+  hf_dir = os.path.join(work, "huggingface")
+  assert re.search(rf"^  huggingface +{re.escape(hf_dir)}$", again, flags=re.M)
+  with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
+    assert json.load(f)["architectures"] == ["BertForPreTraining"]
+  for name in ("model.safetensors", "vocab.txt", "tokenizer_config.json"):
+    assert os.path.exists(os.path.join(hf_dir, name)), name
 
 
 @pytest.mark.parametrize("flag,message", [
