@@ -50,7 +50,7 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
   out = tmp_path / "out"
   train = [f"--train_file={tmp_path / 'task' / 'train.json'}", "--do_train",
            "--train_batch_size=16", "--num_train_epochs=10",
-           "--learning_rate=2e-3", "--save_checkpoints_steps=5",
+           "--learning_rate=7e-4", "--save_checkpoints_steps=5",
            "--steps_per_loop=5"]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=testing.ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
