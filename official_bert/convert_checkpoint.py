@@ -227,7 +227,6 @@ def _load_torch_state_dict(path):
 
 def main(argv):
   del argv
-  cli.start_tensorflow()  # without its start-up lines
   from absl import flags  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
@@ -239,6 +238,7 @@ def main(argv):
   if cli.blocked_by(FLAGS.source):
     raise cli.missing("source", FLAGS.source)
   cli.check_output_dir("output_dir", FLAGS.output_dir, create=False)
+  cli.start_tensorflow()  # without its start-up lines
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     result = convert(FLAGS.source, FLAGS.output_dir, FLAGS.bert_config_file,

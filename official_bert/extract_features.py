@@ -106,7 +106,6 @@ def encode_mixed(examples, tokenizer, max_seq_length):
 
 def main(argv):
   del argv
-  cli.start_tensorflow()  # without its start-up lines
   for name in ("input_file", "output_file", "bert_config_file", "vocab_file",
                "init_checkpoint"):
     if not getattr(FLAGS, name):
@@ -124,7 +123,9 @@ def main(argv):
     examples = read_input(FLAGS.input_file)
   except ValueError as e:
     raise app.UsageError(str(e))
-  # TensorFlow starts here, after the cheap checks.
+  # TensorFlow starts here, after the cheap checks (without its start-up
+  # lines).
+  cli.start_tensorflow()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top

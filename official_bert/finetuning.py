@@ -8,7 +8,6 @@ define their own data flags and then:
     def main(argv):
       preemption.install()
       cpu_allocator.use_bfc()
-      cli.start_tensorflow()
       finetuning.check_flags(data_paths={"task_data_dir": "dir"})
       ... read and check the task's files (no TensorFlow yet) ...
       config, tokenizer = finetuning.load_config_and_vocab()
@@ -191,7 +190,10 @@ def check_output_dir(flag, path):
 
 def load_config_and_vocab():
   """(BertConfig, FullTokenizer) of --bert_config_file and --vocab_file,
-  checked against each other and --max_seq_length. Imports TensorFlow."""
+  checked against each other and --max_seq_length. Imports TensorFlow
+  (`cli.start_tensorflow`: without its start-up lines), so the programs call
+  it after checking their data files."""
+  cli.start_tensorflow()
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   try:

@@ -60,6 +60,9 @@ flags.DEFINE_integer("dupe_factor", 5, "Maskings of each document.")
 flags.DEFINE_integer("num_train_steps", 2000, "Pretraining steps.")
 flags.DEFINE_integer("train_batch_size", 32, "Pretraining batch size.")
 flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (tiny model).")
+flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
+                  "run_pretraining's --optimizer (adamw: the original's "
+                  "update, without bias correction).")
 flags.DEFINE_string("model", "L2_H128_A2",
                     "Model size as L<layers>_H<hidden>_A<heads>.")
 flags.DEFINE_bool("export_huggingface", False,
@@ -386,7 +389,8 @@ def run_pipeline(work):
                  {"data": data.digest, "model": FLAGS.model,
                   "num_train_steps": FLAGS.num_train_steps,
                   "train_batch_size": FLAGS.train_batch_size,
-                  "learning_rate": FLAGS.learning_rate}, work)
+                  "learning_rate": FLAGS.learning_rate,
+                  "optimizer": FLAGS.optimizer}, work)
   eval_results = os.path.join(paths["pretraining"], "eval_results.txt")
   if train.prepare(lambda: os.path.exists(eval_results)):
     with open(eval_results, encoding="utf-8") as f:
@@ -412,6 +416,7 @@ def run_pipeline(work):
                    f"--num_train_steps={steps}",
                    f"--num_warmup_steps={steps // 10}",
                    f"--learning_rate={FLAGS.learning_rate}",
+                   f"--optimizer={FLAGS.optimizer}",
                    f"--save_checkpoints_steps={every}",
                    f"--steps_per_loop={every}",
                    "--max_eval_steps=20"])

@@ -162,7 +162,6 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
-  cli.start_tensorflow()  # without its start-up lines
   flag_name, data_dir = _data_dir()
   if not data_dir:
     raise app.UsageError("--data_dir (with --task_name) or --task_data_dir "

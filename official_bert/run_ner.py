@@ -109,7 +109,6 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
-  cli.start_tensorflow()  # without its start-up lines
   finetuning.check_flags(data_paths={"task_data_dir": "dir"})
   from official_bert.tasks import ner  # pylint: disable=g-import-not-at-top
   data_dir = FLAGS.task_data_dir

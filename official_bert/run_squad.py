@@ -139,7 +139,6 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
-  cli.start_tensorflow()  # without its start-up lines
   _check_flags()
   # Read and check the data first (no TensorFlow yet): a bad file fails at
   # once, not after training.

@@ -297,7 +297,6 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  cli.start_tensorflow()  # without its start-up lines
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} is required.")
@@ -325,6 +324,7 @@ def main(argv):
     for path in config.output_files:
       cli.check_output_file("output_file", path)
     logging.info("Resolved config: %s", json.dumps(dataclasses.asdict(config)))
+    cli.start_tensorflow()  # without its start-up lines
     stats = create_pretraining_data(config)
   except InputError as e:
     raise cli.Error(str(e)) from None

@@ -200,7 +200,6 @@ def _read_lines(files):
 
 def main(argv):
   del argv
-  cli.start_tensorflow()  # without its start-up lines
   f = flags.FLAGS
   config = {name: f[name].value for name in (
       "input_file", "output_file", "vocab_size", "do_lower_case", "num_unused")}
@@ -223,7 +222,9 @@ def main(argv):
         f"--input_file {f.input_file} holds no text (only blank lines); pass "
         f"a corpus with one sentence per line.")
   logging.info("read %d lines from %d file(s)", len(lines), len(files))
-  # Import TensorFlow and TF Text before the progress clock starts.
+  # Import TensorFlow and TF Text before the progress clock starts (without
+  # TensorFlow's start-up lines).
+  cli.start_tensorflow()
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top,unused-import
   split_start = time.time()
 
