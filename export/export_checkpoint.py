@@ -177,5 +177,6 @@ def define_flags():
 
 
 if __name__ == "__main__":
+  cli.start_tensorflow()  # the exporters' flags import it: no start-up lines
   define_flags()
   cli.run(main)
