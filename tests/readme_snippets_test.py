@@ -61,6 +61,8 @@ BLOCKS = {
     "docs/tokenizer.md": {
         "import tensorflow as tf\nfrom official_bert.data import tokenization":
             "tokenizer",
+        "from official_bert import tokenization  # the original: import "
+        "tokenization": "word alignment",
     },
     "docs/pretraining-data.md": {
         "python -m tfrecords.learn_vocab --input_file='corpus/*.txt' "
@@ -186,6 +188,7 @@ PRELUDES = {
         "texts = tf.constant(['The quick brown fox.', 'Héllo, world!'])\n"
         "ids = [101, 7592, 102]\n"
         "tokens = ['[CLS]', 'hello', '[SEP]']\n"),
+    "word alignment": f"vocab_file = '{testing.VOCAB}'\n",
     "tfhub loading": "",
     "serving export in Python": (
         "from official_bert.modeling import finetuning_models\n"
@@ -314,6 +317,9 @@ CHECKS = {
     "tokenizer": (
         "print('ids', tokenizer.tokenize(tf.constant(['H\u00e9llo, world!']))"
         ".to_list())\n"),
+    "word alignment": (
+        "print('bert_tokens ==', bert_tokens)\n"
+        "print('orig_to_tok_map ==', orig_to_tok_map)\n"),
     "tfhub loading": "print('pooled', outputs['pooled_output'].shape)\n",
     "serving export in Python": (
         "import tensorflow as tf, tensorflow_text\n"
@@ -681,6 +687,19 @@ def test_tokenizer_block_gives_the_ids_it_shows(python_blocks):
   assert shown, "the tokenize line or its ids comment changed"
   out = _python_block(python_blocks, "tokenizer")
   assert f"ids {shown.group(1)}" in out, out
+
+
+@pytest.mark.slow
+def test_word_alignment_block_gives_what_its_comments_show(python_blocks):
+  # The original README's snippet, with BERT's uncased vocab: its two
+  # closing comments are what it computes.
+  shown = re.findall(r"^# (bert_tokens|orig_to_tok_map) == (.*)$",
+                     _block("word alignment"), re.M)
+  assert [name for name, _ in shown] == ["bert_tokens", "orig_to_tok_map"]
+  out = _python_block(python_blocks, "word alignment")
+  for name, value in shown:
+    printed = re.search(rf"^{name} == (.*)$", out, re.M)
+    assert printed and eval(printed.group(1)) == eval(value), out  # pylint: disable=eval-used
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from official_bert.training import checkpoints
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.data import tokenization
+from official_bert.tasks import classifier_data
 from tests import testing
 
 VOCAB = os.path.join(testing.TESTDATA, "export_vocab.txt")
@@ -390,6 +391,36 @@ def test_pack_to_longest_rounds_up_and_caps():
   assert packed["input_word_ids"].shape == (1, SEQ_LENGTH)
   np.testing.assert_array_equal(packed["input_type_ids"][0],
                                 [0] * 9 + [1] * 7)  # [CLS] 7 [SEP] 6 [SEP]
+
+
+def test_training_and_serving_pack_empty_and_long_second_texts_alike():
+  # As the original's `if tokens_b:`, an empty or whitespace-only second text
+  # (or one of control characters only) packs as `[CLS] a [SEP]`, truncated
+  # as a single text; tied long pairs lose b's pieces first.
+  tokenizer = tokenization.FullTokenizer(VOCAB)
+  long = " ".join(["the cat sat on the mat"] * 3)
+  pairs = [(long, ""), (long, "  \t "), (long, "\x00\u200b"), ("the dog", ""),
+           (long, "the dog"), ("the dog", long), ("the cat sat", "the mat on"),
+           (long, long)]
+  examples = [classifier_data.Example(a, b, None, f"t:{i}")
+              for i, (a, b) in enumerate(pairs)]
+  seq = 11
+  train = classifier_data.encode(examples, tokenizer, max_seq_length=seq)
+  a, b = (tokenizer.tokenize(tf.constant([p[k] for p in pairs]))
+          for k in (0, 1))
+  serve = serving.pack_to_longest([a, b], seq, tokenizer.cls_id,
+                                  tokenizer.sep_id, pad_multiple=seq)
+  for name, value in train.items():
+    np.testing.assert_array_equal(serve[name].numpy(), value, err_msg=name)
+  pieces = a.to_list()
+  cls, sep = tokenizer.cls_id, tokenizer.sep_id
+  for row in range(3):  # A long text with an empty b: 9 pieces, 1 [SEP].
+    assert train["input_word_ids"][row].tolist() == (
+        [cls] + pieces[row][:seq - 2] + [sep])
+    assert train["input_type_ids"][row].tolist() == [0] * seq
+  assert train["input_mask"][3].tolist() == [1] * 4 + [0] * (seq - 4)
+  # The long/long row: 8 pieces for the pair, a keeps 4 and b 4.
+  assert train["input_type_ids"][7].tolist() == [0] * 6 + [1] * 5
 
 
 def test_bfloat16_export_is_bfloat16_and_close_to_float32(exported, served,

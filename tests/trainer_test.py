@@ -25,7 +25,8 @@ from tests import testing
 # examples, so the halves' norms differ); (b) the same unclipped (clipping
 # hides any error in the gradient's scale: 2 replicas summing instead of
 # averaging); (c) 1 replica with 2 accumulated micro-batches, clipped, whose
-# weights must also equal (a)'s; (d) (a) under mixed_float16 (loss scaling).
+# weights must also equal (a)'s, and (c') the same unclipped (micro-batches
+# summed instead of averaged); (d) (a) under mixed_float16 (loss scaling).
 # XLA compiling the losses for a new shape or dtype costs most of a run
 # (~25 s of CPU; a run that hits the cache ~3 s): the hand gradient is the
 # reference, so no plain 1-replica run is needed (c covers that path), and
@@ -117,6 +118,8 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
     two = train(mirrored(), 1, "two", "float32")
     unclipped = train(mirrored(), 1, "two_unclipped", "float32", 0.0)
     acc = train(tf.distribute.get_strategy(), 2, "acc", "float32")
+    acc_unclipped = train(tf.distribute.get_strategy(), 2, "acc_unclipped",
+                          "float32", 0.0)
     half = train(mirrored(), 1, "two_float16", "mixed_float16")
     report = {
         "norm": norm, "slots": len(two[3]),
@@ -127,6 +130,7 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
         "two_vs_hand": rel(clipped_by_hand, two[3]),
         "unclipped_vs_hand": rel(by_hand, unclipped[3]),
         "acc_vs_hand": rel(clipped_by_hand, acc[3]),
+        "acc_unclipped_vs_hand": rel(by_hand, acc_unclipped[3]),
         "acc_vs_two": diff(two[1], acc[1]),
         "float16_vs_hand": rel(clipped_by_hand, half[3])}
     print(json.dumps(report))
@@ -149,6 +153,8 @@ def test_one_vs_two_replicas_and_accumulation_same_update(tmp_path):
   assert report["two_vs_hand"] < 1e-4, report
   assert report["unclipped_vs_hand"] < 1e-4, report
   assert report["acc_vs_hand"] < 1e-4, report
+  # Unclipped with 2 micro-batches: summing them instead of averaging is 2x.
+  assert report["acc_unclipped_vs_hand"] < 1e-4, report
   assert report["acc_vs_two"] < 1e-6, report  # and so the same weights
   # float16 gradients round to ~1e-3 relative (a few % on the smallest
   # entries); a loss scale not undone, or a clipping limit not scaled with

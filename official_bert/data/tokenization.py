@@ -1,17 +1,18 @@
 """BERT's FullTokenizer (basic tokenization + WordPiece) as TensorFlow graph ops.
 
 Text in, WordPiece ids out, with the semantics of google-research/bert's
-`tokenization.FullTokenizer` (ids equal Hugging Face's `BertWordPieceTokenizer`
-on every line of the shared English corpus; docs/tokenizer.md lists the rare
-characters where the two references differ):
+`tokenization.FullTokenizer` (tests/tokenization_test.py checks the ids
+against an independent transcription of its rules; docs/tokenizer.md lists
+where Hugging Face's `BertWordPieceTokenizer` differs):
 
-  1. clean: drop NUL, U+FFFD and control/format characters; every whitespace
+  1. clean: drop NUL, U+FFFD and the original's control characters (Cc and
+     Cf, not Co private use or unassigned code points); every whitespace
      character becomes a space;
   2. uncased only: lower-case, NFD-decompose, drop non-spacing marks (accents);
   3. split on whitespace, and make every punctuation character (Unicode P*
      and all ASCII non-alphanumerics) and every CJK ideograph its own word;
   4. greedy longest-match-first WordPiece per word, `##` on continuations;
-     a word that cannot be covered, or is longer than 100 characters, is [UNK].
+     a word that cannot be covered, or is longer than 200 characters, is [UNK].
 
 Everything runs as core TF + TF Text ops, so `tokenize` works inside
 `tf.function`, `tf.data` and SavedModels. The vocabulary file is tracked as a
@@ -29,12 +30,14 @@ import tensorflow_text as tf_text
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 # The original's max_input_chars_per_word: longer words become [UNK].
-MAX_CHARS_PER_WORD = 100
+# (Hugging Face's WordPiece uses 100.)
+MAX_CHARS_PER_WORD = 200
 
-# Control characters: everything in Unicode's "other" categories (Cc, Cf, Co,
-# Cs and unassigned Cn, written as "none of the assigned classes" because RE2
-# has no \p{Cn}) except \t \n \r, plus U+FFFD; dropped first, as the original.
-_CONTROL = r"[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\t\n\r]|\x{fffd}"
+# Control characters as the original's _is_control names them: categories Cc
+# (U+0000-U+001F, U+007F-U+009F) and Cf, except \t \n \r; plus U+FFFD. They
+# are dropped first. Private use (Co) and unassigned code points stay, as in
+# the original, so "a\ue000b" is one word (Hugging Face drops every C*).
+_CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\p{Cf}|\x{fffd}"
 # Then whitespace (\t \n \r, Zs, and the line/paragraph separators that
 # Python's str.split() also splits on) becomes a plain space.
 # (The space itself is left out of the pattern: nothing to replace.)

@@ -126,7 +126,9 @@ def encode(examples, tokenizer, max_seq_length, batch_size=512):
   """Packs examples as `[CLS] a [SEP] (b [SEP])`, int32 arrays [N, T].
 
   As google-research/bert's `convert_single_example`: a pair is truncated
-  one token at a time from the longer side until it fits.
+  one token at a time from the longer side (b on ties) until it fits; a
+  second text without WordPieces (empty or whitespace) packs as a single
+  text, `[CLS] a [SEP]` (the original's `if tokens_b:`), as serving does.
   """
   if max_seq_length < 3 + any(e.text_b is not None for e in examples):
     raise ValueError(f"--max_seq_length={max_seq_length} leaves no room for "
@@ -141,7 +143,7 @@ def encode(examples, tokenizer, max_seq_length, batch_size=512):
   for i in range(n):
     a = pieces_a[i]
     b = pieces_b[i] if pieces_b is not None else None
-    if b is None:
+    if not b:  # No second text, or one without WordPieces.
       a = a[:max_seq_length - 2]
       ids = [tokenizer.cls_id] + a + [tokenizer.sep_id]
       types = [0] * len(ids)
