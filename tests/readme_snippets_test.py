@@ -11,9 +11,20 @@ an error). ```sh blocks run with bash from the repository root, `python` being
 this interpreter, so `python -m ...` commands are real subprocesses; the
 ```python blocks run in one fresh subprocess (one TensorFlow start-up), each in
 its own namespace after its prelude in `PRELUDES`, which defines its free
-variables, and before its `CHECKS`. What cannot run here is listed in `NOT_RUN` with the reason,
-and checked instead as far as it can be (the `curl` request's body is fed to
-the exported `serving_default`).
+variables, and before its `CHECKS`. Commands that cannot run here are
+listed in `NOT_RUN`, whole ```sh blocks in `NOT_RUN_BLOCKS`, each with the
+reason and the test that checks it instead as far as it can be: the `curl`
+request's body is fed to the exported `serving_default`; the README's
+commands and the quickstart's `--export_huggingface` are the commands
+`.ci/run` and tests/quickstart_test.py run; the Dask recipe's scheduler,
+worker and pipeline command lines are the ones
+tests/create_pretraining_data_beam_dask_test.py runs (both parsed); the
+Dataflow and Flink/Spark blocks use only flags the program defines and
+options Beam defines. Every other ```sh block runs. Output blocks are
+compared with what their command prints (the export line: but for its
+BERT-Base figures, the tensor count checked against the code; the Dask
+summary line: rendered by the program's own format strings, its counts
+from the job on the lines the page names).
 
 The model: `testing.tiny_config` with BERT's 30,522-token uncased vocabulary
 (`../shared/data`) and 512 positions, written once as a google-research/bert
@@ -71,6 +82,18 @@ BLOCKS = {
         "--input_file='corpus/*.txt' \\": "create_pretraining_data",
         "python -m tfrecords.create_pretraining_data_beam "
         "--input_file='corpus/*.txt' \\": "create_pretraining_data_beam",
+        "python3 -m venv /tmp/beamvenv": "dask recipe (checked)",
+        "[create_pretraining_data_beam] done: wrote 572 instances (51.4% "
+        "random next) to 4 shard(s) of /tmp/elsewhere/out/dask.tfrecord in "
+        "10.0 s (57 instances/s) on DaskRunner; documents, tokens, "
+        "undecodable lines, empty files: not reported by this runner "
+        "(DaskRunner has no metrics; instances counted from the shards)":
+            "dask summary line (checked)",
+        "# 1) Let Beam build an sdist of the checkout (it accepts "
+        "pyproject.toml; `pip install build` first,": "dataflow (checked)",
+        "python -m tfrecords.create_pretraining_data_beam --input_file=... "
+        "--output_file=/shared/out/pretrain.tfrecord \\":
+            "portable runner (checked)",
     },
     "docs/pretraining.md": {
         "python -m tfrecords.create_pretraining_data "
@@ -95,6 +118,27 @@ BLOCKS = {
         "python -m official_bert.convert_checkpoint "
         "--source=uncased_L-12_H-768_A-12 --output_dir=/tmp/bert_base":
             "convert_checkpoint",
+        "python -m export.export_checkpoint --format=huggingface \\\n"
+        "  --bert_config_file=bert_base/bert_config.json \\":
+            "export_checkpoint huggingface",
+        "Wrote /tmp/bert_hf: huggingface, pretraining from "
+        "bert_base/bert_model.ckpt, 206 tensors; 6.6 s":
+            "export_checkpoint's output (checked)",
+        "import torch\nfrom transformers import AutoTokenizer, "
+        "BertForPreTraining": "transformers loading",
+        "python -m export.export_checkpoint --format=huggingface \\\n"
+        "  --bert_config_file=/tmp/mrpc_output/bert_config.json \\":
+            "export_checkpoint from the glue run",
+        "from transformers import pipeline": "pipeline loading",
+        "python -m export.export_checkpoint --format=sentence_transformers "
+        "\\": "export_checkpoint sentence_transformers",
+        "from sentence_transformers import SentenceTransformer":
+            "sentence-transformers loading",
+        "python -m export.export_checkpoint --format=google_tf1 \\":
+            "export_checkpoint google_tf1",
+        "import tensorflow as tf": "list_variables",
+        "python -m official_bert.quickstart --export_huggingface":
+            "quickstart --export_huggingface (checked)",
     },
     "docs/export-and-serving.md": {
         "python -m export.export_tfhub "
@@ -199,6 +243,10 @@ PRELUDES = {
         "num_classes=3)\n"
         f"export_dir = '{W}/out/classifier_serving'\n"
         f"vocab_file = '{testing.VOCAB}'\n"),
+    "transformers loading": "",
+    "pipeline loading": "",
+    "sentence-transformers loading": "",
+    "list_variables": "",
 }
 
 # Commands of the README that cannot run here, by their start.
@@ -208,6 +256,37 @@ NOT_RUN = {
     "installable offline; tests/serving_test.py checks what it relies on",
     "curl ": "needs a running TF Serving (not installable offline): its "
              "request body is fed to the exported signature instead",
+}
+
+
+# Whole ```sh blocks that no test runs as written: (why, the test that
+# checks them instead). Every other ```sh block is run by `_run_sh`.
+NOT_RUN_BLOCKS = {
+    "quickstart (checked)": (
+        "a fresh venv and minutes of pretraining: tests/quickstart_test.py "
+        "runs the program shortened",
+        "test_the_two_commands_are_what_ci_and_the_quickstart_test_run"),
+    "test command (checked)": (
+        "the whole suite, which holds this test: .ci/run runs it",
+        "test_the_two_commands_are_what_ci_and_the_quickstart_test_run"),
+    "quickstart --export_huggingface (checked)": (
+        "a whole quickstart (minutes): tests/quickstart_test.py runs this "
+        "command shortened",
+        "test_quickstart_export_block_is_what_quickstart_test_runs"),
+    "curl (checked against the export)": (
+        "needs a running TF Serving (not installable offline)",
+        "test_curl_request_and_response_match_the_export"),
+    "dask recipe (checked)": (
+        "a fresh venv and `pip install .` (minutes, network) and /data "
+        "paths: tests/create_pretraining_data_beam_dask_test.py starts the "
+        "same scheduler and workers and runs the same pipeline",
+        "test_dask_recipe_is_what_the_dask_test_runs"),
+    "dataflow (checked)": (
+        "needs a Google Cloud project, apache-beam[gcp] and the network",
+        "test_cluster_blocks_use_flags_and_options_that_exist"),
+    "portable runner (checked)": (
+        "needs a Flink or Spark job service and Docker",
+        "test_cluster_blocks_use_flags_and_options_that_exist"),
 }
 
 
@@ -327,6 +406,37 @@ CHECKS = {
         "result = loaded.signatures['serving_default'](text=tf.constant(['Hi.'"
         "]))\n"
         "print('probabilities', result['probabilities'].shape)\n"),
+    "transformers loading": (
+        "print('hf class', type(model).__name__, "
+        "tuple(outputs.prediction_logits.shape[::2]), "
+        "tuple(outputs.seq_relationship_logits.shape))\n"
+        "print('hf word', repr(tokenizer.decode("
+        "outputs.prediction_logits[0, position].argmax())))\n"),
+    "pipeline loading": (
+        "print('pipeline class', type(classifier.model).__name__, "
+        "sorted(classifier.model.config.id2label.values()))\n"),
+    "sentence-transformers loading": (
+        "import numpy as np\n"
+        "print('st norms', [round(float(n), 4) for n in "
+        "np.linalg.norm(embeddings, axis=1)])\n"
+        "print('st modules', [type(m).__name__ for m in model])\n"),
+    # The export holds the release's weights (convert_checkpoint, then
+    # export_checkpoint) under the release's names, without its Adam slots
+    # and global_step.
+    "list_variables": (
+        "import numpy as np\n"
+        f"exported = tf.train.load_checkpoint('{W}/out/bert_tf1/"
+        "bert_model.ckpt')\n"
+        f"release = tf.train.load_checkpoint('{W}/uncased_L-12_H-768_A-12/"
+        "bert_model.ckpt')\n"
+        "names = sorted(n for n in release.get_variable_to_shape_map() if "
+        "n != 'global_step' and not n.endswith(('/adam_m', '/adam_v')))\n"
+        "print('tf1 names', sorted(exported.get_variable_to_shape_map()) == "
+        "names)\n"
+        "print('tf1 weights', all(np.array_equal(exported.get_tensor(n), "
+        "release.get_tensor(n)) for n in names))\n"
+        "print('tf1 first', [(n, release.get_variable_to_shape_map()[n]) "
+        "for n in names[:3]])\n"),
 }
 
 _RUNNER = """
@@ -547,12 +657,37 @@ def quickstart_classifier(world, pretrained):
 
 
 @pytest.fixture(scope="module")
-def python_blocks(world, hub_export, pretrained, quickstart_classifier):
+def glue_run(world, bert_base):
+  """docs/fine-tuning.md's MRPC run, from the converted checkpoint."""
+  del bert_base
+  _once(world.parent, "glue", lambda: _run_sh("glue", world))
+  return world / "out" / "mrpc_output"
+
+
+EXPORT_BLOCKS = ("export_checkpoint huggingface",
+                 "export_checkpoint from the glue run",
+                 "export_checkpoint sentence_transformers",
+                 "export_checkpoint google_tf1")
+
+
+@pytest.fixture(scope="module")
+def exports(world, bert_base, glue_run):
+  """docs/checkpoints.md's export_checkpoint blocks (from bert_base/ and
+  the glue block's run): {block name: what it printed}."""
+  del bert_base, glue_run
+  return _once(world.parent, "exports",
+               lambda: {name: _run_sh(name, world) for name in EXPORT_BLOCKS})
+
+
+@pytest.fixture(scope="module")
+def python_blocks(world, hub_export, pretrained, quickstart_classifier,
+                  exports):
   """Every ```python block, run once (the TF-Hub one loads hub_export; the
   serving one builds a classifier from the pretraining block's config; the
   README's loads the pretraining block's checkpoint; the query loads the
-  quickstart classifier's export)."""
-  del hub_export, pretrained, quickstart_classifier
+  quickstart classifier's export; docs/checkpoints.md's load the
+  export_checkpoint blocks' directories)."""
+  del hub_export, pretrained, quickstart_classifier, exports
   return _once(world.parent, "python_blocks",
                lambda: _run_python_blocks(world))
 
@@ -605,6 +740,17 @@ def test_what_is_not_run_is_only_what_cannot_run_here():
   assert all(command.startswith(("docker run ", "curl ", "#")) and
              ("tensorflow/serving" in command or "8501" in command)
              for command in skipped), skipped
+  # Every ```sh block is run by `_run_sh`, or is in NOT_RUN_BLOCKS with the
+  # test that checks it instead; not both.
+  with open(__file__, encoding="utf-8") as f:
+    run = set(re.findall(r'_run_sh\("([^"]+)"', f.read()))
+  run |= set(EXPORT_BLOCKS)  # run by the exports fixture
+  sh = {BLOCKS[page][first] for page, language, first, _ in _blocks()
+        if language == "sh"}
+  assert sh - run == set(NOT_RUN_BLOCKS), (sh - run, set(NOT_RUN_BLOCKS))
+  assert not run & set(NOT_RUN_BLOCKS)
+  for name, (reason, test) in NOT_RUN_BLOCKS.items():
+    assert reason and callable(globals().get(test)), (name, test)
 
 
 def test_the_two_commands_are_what_ci_and_the_quickstart_test_run():
@@ -747,10 +893,8 @@ def test_pretraining_block(world, pretrained):
 
 
 @pytest.mark.slow
-def test_glue_block(world, bert_base):
-  del bert_base
-  _run_sh("glue", world)
-  results = _read_results(world / "out" / "mrpc_output" / "eval_results.txt")
+def test_glue_block(glue_run):
+  results = _read_results(glue_run / "eval_results.txt")
   assert {"eval_accuracy", "eval_f1", "eval_loss", "global_step"} <= set(results)
 
 
@@ -901,3 +1045,408 @@ def test_quickstart_figures_that_follow_from_the_code():
                                  flags=re.S | re.M).group(1)
   assert f'"--max_documents={short.group(1)}"' in quickstart_short
   assert f'"--num_train_steps={short.group(2)}"' in quickstart_short
+
+
+# ---- docs/checkpoints.md: export_checkpoint ----
+
+def _json(path):
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+@pytest.mark.slow
+def test_export_checkpoint_huggingface_block(world, exports):
+  del exports
+  out = world / "out" / "bert_hf"
+  assert {"model.safetensors", "config.json", "vocab.txt",
+          "tokenizer_config.json", "special_tokens_map.json"} <= set(
+              os.listdir(out))
+  assert _json(out / "config.json")["architectures"] == ["BertForPreTraining"]
+
+
+def _original_tensor_count(layers):
+  """How many tensors google-research/bert names a BertForPreTraining of
+  `layers` layers has (checkpoint_names' table; H does not matter)."""
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
+  model = pretrainer.BertPretrainer.from_bert_config(
+      testing.tiny_config(num_hidden_layers=layers))
+  model(testing.random_inputs() | {
+      "masked_lm_positions": testing.random_inputs()["input_mask"]})
+  return len(checkpoint_names.original_names(model))
+
+
+@pytest.mark.slow
+def test_export_checkpoint_output_block(world, exports):
+  """The line shown is the huggingface block's last line, but for its two
+  figures (tensor count, seconds), which are from a BERT-Base export: the
+  count is checked against the code for BERT-Base's layers, the seconds
+  only for their form."""
+  shown = _substitute(_block("export_checkpoint's output (checked)"),
+                      world).strip()
+  printed = exports["export_checkpoint huggingface"].strip().splitlines()[-1]
+  figures = r"(\d+) tensors; (\d+\.\d) s"
+  shown_count, _ = re.search(figures + "$", shown).groups()
+  printed_count, _ = re.search(figures + "$", printed).groups()
+  assert re.sub(figures, "", shown) == re.sub(figures, "", printed), (
+      shown, printed)
+  page = _read("docs/checkpoints.md")
+  before = page[:page.index("```\nWrote /tmp/bert_hf")]
+  assert "this line is from a BERT-Base export" in (
+      before[before.rindex("Hugging Face:"):].replace("\n", " "))
+  base_layers = int(re.search(r"uncased_L-(\d+)_H-768", page).group(1))
+  assert int(printed_count) == _original_tensor_count(
+      _tiny_config().num_hidden_layers)
+  assert int(shown_count) == _original_tensor_count(base_layers)
+
+
+@pytest.mark.slow
+def test_export_checkpoint_from_the_glue_run_block(world, exports, glue_run):
+  del exports
+  config = _json(world / "out" / "mrpc_hf" / "config.json")
+  assert config["architectures"] == ["BertForSequenceClassification"]
+  labels = _json(glue_run / "label_list.json")
+  assert [config["id2label"][str(i)] for i in range(len(labels))] == labels
+
+
+@pytest.mark.slow
+def test_export_checkpoint_sentence_transformers_block(world, exports):
+  out = world / "out" / "bert_st"
+  # The pretraining heads are left out, and the program says so.
+  assert ("note: the pretraining head is not part of a sentence-transformers "
+          "model; its encoder is exported") in exports[
+              "export_checkpoint sentence_transformers"]
+  assert [m["type"].rsplit(".", 1)[1] for m in _json(
+      out / "modules.json")] == ["Transformer", "Pooling", "Normalize"]
+  assert _json(out / "1_Pooling" / "config.json")["pooling_mode_mean_tokens"]
+  assert _json(out / "config.json")["architectures"] == ["BertModel"]
+
+
+@pytest.mark.slow
+def test_export_checkpoint_google_tf1_block(world, exports):
+  del exports
+  assert {"bert_model.ckpt.index", "bert_config.json", "vocab.txt"} <= set(
+      os.listdir(world / "out" / "bert_tf1"))
+
+
+@pytest.mark.slow
+def test_transformers_loading_block(python_blocks):
+  out = _python_block(python_blocks, "transformers loading")
+  assert re.search(r"^hf class BertForPreTraining \(1, 30522\) \(1, 2\)$",
+                   out, flags=re.M), out
+  word = re.search(r"^hf word '(.*)'$", out, flags=re.M).group(1)
+  # The block printed the decoded prediction, a word of the vocabulary.
+  assert out.splitlines().index(word) < out.splitlines().index(
+      f"hf word '{word}'")
+  with open(testing.VOCAB, encoding="utf-8") as f:
+    assert word in f.read().splitlines(), word
+
+
+@pytest.mark.slow
+def test_pipeline_loading_block(python_blocks, glue_run):
+  labels = _json(glue_run / "label_list.json")
+  out = _python_block(python_blocks, "pipeline loading")
+  assert f"pipeline class BertForSequenceClassification {labels}" in out, out
+  printed = re.search(r"^\[\{'label': '(.*)', 'score': ([\d.e-]+)\}\]$", out,
+                      flags=re.M)
+  assert printed, out
+  assert printed.group(1) in labels and 0 <= float(printed.group(2)) <= 1
+
+
+@pytest.mark.slow
+def test_sentence_transformers_loading_block(python_blocks):
+  out = _python_block(python_blocks, "sentence-transformers loading")
+  # [2 sentences, the tiny model's H], and their cosine (unit vectors).
+  printed = re.search(r"^\(2, 32\) (-?[\d.e-]+)$", out, flags=re.M)
+  assert printed and -1 <= float(printed.group(1)) <= 1, out
+  assert "st norms [1.0, 1.0]" in out, out  # --normalize_embedding
+  assert "st modules ['Transformer', 'Pooling', 'Normalize']" in out, out
+
+
+@pytest.mark.slow
+def test_list_variables_block(python_blocks):
+  out = _python_block(python_blocks, "list_variables")
+  assert "tf1 names True" in out and "tf1 weights True" in out, out
+  first = eval(re.search(r"^tf1 first (.*)$", out, flags=re.M).group(1))  # pylint: disable=eval-used
+  assert [name for name, _ in first] == [
+      "bert/embeddings/LayerNorm/beta", "bert/embeddings/LayerNorm/gamma",
+      "bert/embeddings/position_embeddings"]
+  # The block printed the release's first three names and shapes.
+  assert "\n".join(f"{name} {shape}" for name, shape in first) in out, out
+
+
+def test_quickstart_export_block_is_what_quickstart_test_runs():
+  """The block is the command tests/quickstart_test.py runs, less the
+  test's --work_dir (a tmp dir) and its shortening flags (SHORT)."""
+  import ast  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official_bert import quickstart  # pylint: disable=g-import-not-at-top,unused-import
+  path = os.path.join(testing.ROOT, "tests", "quickstart_test.py")
+  with open(path, encoding="utf-8") as f:
+    source = f.read()
+  commands = []
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.List) and any(
+        isinstance(e, ast.Constant) and e.value == "--export_huggingface"
+        for e in node.elts):
+      words = []
+      for e in node.elts:
+        if isinstance(e, ast.Starred) and ast.unparse(e) == "*SHORT":
+          continue
+        if ast.unparse(e) == "f'--work_dir={work}'":
+          continue
+        assert isinstance(e, ast.Constant), ast.unparse(e)
+        words.append(e.value)
+      commands.append(words)
+  assert commands == [["-m", "official_bert.quickstart",
+                       "--export_huggingface"]], commands
+  assert "testing.run_cli([\"-m\", \"official_bert.quickstart\"" in source
+  block = _block("quickstart --export_huggingface (checked)").strip()
+  assert block == "python " + " ".join(commands[0])
+  # "writes runs/quickstart/huggingface/": the default --work_dir's, which
+  # the test checks holds a BertForPreTraining export.
+  page = _read("docs/checkpoints.md")
+  assert (f"writes `{flags.FLAGS['work_dir'].default}/huggingface/`"
+          in page), "the quickstart's default --work_dir changed"
+  assert 'hf_dir = os.path.join(work, "huggingface")' in source
+  assert '["architectures"] == ["BertForPreTraining"]' in source
+
+
+# ---- docs/pretraining-data.md: running on a cluster ----
+
+DASK_TEST = os.path.join(testing.ROOT, "tests",
+                         "create_pretraining_data_beam_dask_test.py")
+BEAM_PROGRAM = os.path.join(testing.ROOT, "tfrecords",
+                            "create_pretraining_data_beam.py")
+
+
+def _split(command):
+  import shlex  # pylint: disable=g-import-not-at-top
+  words = shlex.split(command, comments=True)
+  return words[:-1] if words and words[-1] == "&" else words
+
+
+def _beam_commands(name):
+  """The block's `python -m tfrecords.create_pretraining_data_beam`
+  commands: [(absl flags before `--`, Beam options after)]."""
+  found = []
+  for command in _commands(_block(name)):
+    words = _split(command)
+    if words[1:3] == ["-m", "tfrecords.create_pretraining_data_beam"]:
+      assert words[0].endswith("python"), command
+      rest = words[3:] + (["--"] if "--" not in words else [])
+      cut = rest.index("--")
+      found.append((rest[:cut], rest[cut + 1:]))
+  return found
+
+
+def _program_flags():
+  """The flags `--helpfull` of the Beam program lists."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfrecords.create_pretraining_data_beam",
+       "--helpfull"], cwd=testing.ROOT, env=_env(), stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, timeout=300)
+  names = set(re.findall(r"^\s+--(?:\[no\])?(\w+):", proc.stdout, flags=re.M))
+  assert {"input_file", "runner", "num_output_shards"} <= names, proc.stdout
+  return names
+
+
+def _unknown_beam_options(options):
+  """The options no PipelineOptions class defines (exact names, as Beam
+  parses them: no abbreviations)."""
+  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+  parsers = []
+  pipeline_options.PipelineOptions([]).get_all_options(
+      add_extra_args_fn=parsers.append)
+  try:
+    _, unknown = parsers[0].parse_known_args(options)
+  except SystemExit:
+    return options
+  return unknown
+
+
+def _ast_call_args(tree, function):
+  """[(call node, its parents)] of every call of `function` in `tree`."""
+  import ast  # pylint: disable=g-import-not-at-top
+  parents = {}
+  for node in ast.walk(tree):
+    for child in ast.iter_child_nodes(node):
+      parents[child] = node
+  calls = []
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+        node.func.id == function):
+      chain, up = [], node
+      while up in parents:
+        up = parents[up]
+        chain.append(up)
+      calls.append((node, chain))
+  return calls
+
+
+def test_dask_recipe_is_what_the_dask_test_runs():
+  """The recipe's scheduler and worker command lines are the ones the dask
+  test starts (its free port and address in for the recipe's), as many
+  workers; its pipeline's --runner and options after `--` are the test's
+  run's, the client address being the scheduler's."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import apache_beam.runners.dask.dask_runner  # pylint: disable=g-import-not-at-top,unused-import  (its DaskOptions)
+  commands = [_split(c) for c in _commands(_block("dask recipe (checked)"))]
+  dask = [words[1:] for words in commands
+          if words and words[0].endswith("/dask")]
+  scheduler = [words for words in dask if words[0] == "scheduler"]
+  workers = [words for words in dask if words[0] == "worker"]
+  assert len(scheduler) == 1 and len(workers) + 1 == len(dask), dask
+  port = scheduler[0][scheduler[0].index("--port") + 1]
+  with open(DASK_TEST, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  assigned = [node.value for node in ast.walk(tree)
+              if isinstance(node, ast.Assign) and
+              ast.unparse(node.targets[0]) == "address"]
+  assert len(assigned) == 1 and isinstance(assigned[0], ast.JoinedStr)
+  prefix = assigned[0].values[0].value  # f"tcp://127.0.0.1:{_free_port()}"
+  assert ast.unparse(assigned[0].values[1].value) == "_free_port()"
+  address = prefix + port
+  started = []
+  for call, parents in _ast_call_args(tree, "_start"):
+    words = eval(compile(ast.Expression(call.args[0]), DASK_TEST, "eval"),  # pylint: disable=eval-used
+                 {"address": address})
+    loops = [p for p in parents if isinstance(p, ast.For)]
+    times = len(eval(ast.unparse(loops[0].iter))) if loops else 1  # pylint: disable=eval-used
+    started += [words] * times
+  assert started == scheduler + workers, (started, scheduler + workers)
+
+  (before, after), = _beam_commands("dask recipe (checked)")
+  runs = []
+  for call, _ in _ast_call_args(tree, "_run"):
+    if "'--runner=DaskRunner'" in ast.unparse(call.args[0]):
+      options = eval(compile(ast.Expression(call.args[1]), DASK_TEST, "eval"),  # pylint: disable=eval-used
+                     {"address": address})
+      runs.append(options)
+  assert len(runs) == 2, runs  # the records test and the failure test
+  shown = dict(option.split("=", 1) for option in after)
+  assert "--runner=DaskRunner" in before
+  for options in runs:
+    test = dict(option.split("=", 1) for option in options)
+    assert set(test) == set(shown), (test, shown)
+    assert test["--dask_client_address"] == shown[
+        "--dask_client_address"] == address
+  assert not _unknown_beam_options(after), after
+  assert {flag.split("=", 1)[0][2:] for flag in before} <= _program_flags()
+  # The pinned dask of the install line is requirements-test.txt's.
+  pin = re.search(r'"(dask\[distributed\]==[\d.]+)"',
+                  _block("dask recipe (checked)")).group(1)
+  with open(os.path.join(testing.ROOT, "requirements-test.txt"),
+            encoding="utf-8") as f:
+    assert pin in [line.split("#")[0].strip() for line in f], pin
+
+
+def test_cluster_blocks_use_flags_and_options_that_exist():
+  """The Dataflow and Flink/Spark blocks cannot run here: every flag before
+  `--` is the program's, every option after it Beam's, and what they stage
+  is this project's pyproject.toml or the wheel it builds."""
+  import tomllib  # pylint: disable=g-import-not-at-top
+  program = _program_flags()
+  with open(os.path.join(testing.ROOT, "pyproject.toml"), "rb") as f:
+    project = tomllib.load(f)["project"]
+  wheel = (f"dist/{project['name'].replace('-', '_')}-{project['version']}"
+           "-py3-none-any.whl")
+  for name, runner in (("dataflow (checked)", "DataflowRunner"),
+                       ("portable runner (checked)", "PortableRunner")):
+    commands = _beam_commands(name)
+    assert commands, name
+    for before, after in commands:
+      flags_given = [word for word in before if word != "..."]
+      assert f"--runner={runner}" in flags_given, (name, before)
+      unknown = [flag for flag in flags_given
+                 if not flag.startswith("--") or
+                 flag.split("=", 1)[0][2:] not in program]
+      assert not unknown, (name, unknown)
+      assert after and not _unknown_beam_options(after), (
+          name, _unknown_beam_options(after))
+      for option in after:
+        key, _, value = option.partition("=")
+        if key == "--extra_package":
+          assert value == wheel, (value, wheel)
+        if key == "--setup_file":
+          assert value == "$PWD/pyproject.toml", value
+  assert "-w dist/" in _block("dataflow (checked)")
+
+
+def _summary_format():
+  """The Beam program's summary line for a runner without metrics, as a
+  function of (instances, random_next, shards, output_file, seconds,
+  runner): the program's own f-strings, read from its source."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  with open(BEAM_PROGRAM, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  branch, = [node for node in ast.walk(tree) if isinstance(node, ast.If) and
+             ast.unparse(node.test) == "from_metrics"]
+  line, = [node.args[0] for node in ast.walk(tree)
+           if isinstance(node, ast.Call) and ast.unparse(node.func) == "print"
+           and node.args and "] done: wrote " in ast.unparse(node.args[0])]
+
+  def render(instances, random_next, shards, output_file, seconds, runner):
+    namespace = {"counts": {"instances": instances,
+                            "random_next": random_next},
+                 "FLAGS": types.SimpleNamespace(num_output_shards=shards,
+                                                output_file=output_file),
+                 "seconds": seconds, "runner_name": runner}
+    exec(compile(ast.Module(body=branch.orelse, type_ignores=[]),  # pylint: disable=exec-used
+                 BEAM_PROGRAM, "exec"), namespace)
+    return eval(compile(ast.Expression(line), BEAM_PROGRAM, "eval"),  # pylint: disable=eval-used
+                namespace)
+  return render
+
+
+def test_dask_summary_line_is_the_programs_format():
+  shown = _block("dask summary line (checked)").strip()
+  figures = re.match(
+      r"\[create_pretraining_data_beam\] done: wrote ([\d,]+) instances "
+      r"\(([\d.]+)% random next\) to (\d+) shard\(s\) of (\S+) in "
+      r"([\d.]+) s \([\d,]+ instances/s\) on (\w+);", shown)
+  assert figures, shown
+  instances = int(figures.group(1).replace(",", ""))
+  random_next = [r for r in range(instances + 1)
+                 if f"{r / instances:.1%}" == figures.group(2) + "%"]
+  assert random_next, figures.group(2)
+  seconds = float(figures.group(5))
+  render = _summary_format()
+  assert shown in {
+      render(instances, random_next[0], int(figures.group(3)),
+             figures.group(4), s, figures.group(6))
+      for s in (seconds - 0.049, seconds, seconds + 0.049)}, (
+          shown, render(instances, random_next[0], int(figures.group(3)),
+                        figures.group(4), seconds, figures.group(6)))
+  # The runner is the recipe's; the shard count the run the page describes.
+  assert figures.group(6) == "DaskRunner"
+  page = _read("docs/pretraining-data.md").replace("\n", " ")
+  assert f"--num_output_shards={figures.group(3)}`" in page
+
+
+@pytest.mark.slow
+def test_dask_summary_figures_are_what_the_job_gives(tmp_path):
+  """The instances and random-next share shown, from the lines and flags
+  the page names: the in-process CLI on one file gives the pipeline's
+  records (as the page says; the dask test checks runner = in-process)."""
+  testing.require_shared_data()
+  page = _read("docs/pretraining-data.md").replace("\n", " ")
+  run = re.search(r"the one from ([\d,]+) lines of `\.\./shared/data/"
+                  r"pydocs_corpus\.txt` with `([^`]+)` and BERT's uncased "
+                  r"`vocab\.txt`", page)
+  assert run, "the sentence before the summary line changed"
+  lines = int(run.group(1).replace(",", ""))
+  with open(testing.CORPUS, encoding="utf-8") as f:
+    text = "".join(f.readline() for _ in range(lines))
+  _write(tmp_path / "corpus.txt", text)
+  proc = testing.run_cli(
+      ["-m", "tfrecords.create_pretraining_data",
+       f"--input_file={tmp_path / 'corpus.txt'}",
+       f"--output_file={tmp_path / 'out.tfrecord'}",
+       f"--vocab_file={testing.VOCAB}", "--num_workers=0",
+       *run.group(2).split()], merge_stderr=True)
+  printed = re.search(r"done: wrote ([\d,]+ instances \([\d.]+% random "
+                      r"next\))", proc.stdout).group(1)
+  shown = _block("dask summary line (checked)")
+  assert f"done: wrote {printed} to " in shown, (printed, shown)
