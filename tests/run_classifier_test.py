@@ -75,7 +75,7 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
   out = tmp_path / "out"
   proc = testing.run_cli(_flags(
       task, out, config, "--do_train", "--do_eval", "--do_predict",
-      "--train_batch_size=32", "--learning_rate=3e-3", "--num_train_epochs=6",
+      "--train_batch_size=32", "--learning_rate=1e-3", "--num_train_epochs=6",
       "--warmup_proportion=0.1", "--steps_per_loop=25"), timeout=300)
   assert "run_classifier done at step 112" in proc.stdout, proc.stdout
   assert "ETA" in proc.stdout and "seq/s" in proc.stdout
