@@ -442,3 +442,46 @@ def test_bfloat16_export_is_bfloat16_and_close_to_float32(exported, served,
   diff = np.abs(got["pooled_output"] - want["pooled_output"]).max()
   assert 0 < diff < 0.05
   np.testing.assert_array_equal(got["input_mask"], want["input_mask"])
+
+
+def test_ner_scores_are_the_chosen_tags_softmax_probability(tmp_path):
+  # export/ner_serving.py: `scores` is the predicted tag's softmax
+  # probability, not its logit. Expected values from the Keras classifier
+  # on inputs packed here by hand: [CLS] pieces [SEP], one window per text.
+  from export import ner_serving  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+  labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+  keras.utils.set_random_seed(3)
+  model = finetuning_models.BertTokenClassifier.from_bert_config(
+      testing.tiny_config(), len(labels))
+  # Logits far from 0 and from each other: raw logits cannot pass for
+  # probabilities, and a softmax over the wrong axis cannot either.
+  kernel = model.classifier.kernel
+  kernel.assign(kernel * 40.0)
+  path = ner_serving.export_ner_model(
+      str(tmp_path / "ner"), model, labels, VOCAB, seq_length=SEQ_LENGTH,
+      warmup_texts=())
+  texts = ["the quick brown fox", "Hello , world !  the dog sat"]
+  got = tf.saved_model.load(path).signatures["serving_default"](
+      text=tf.constant(texts))
+  tokenizer = tokenization.FullTokenizer(VOCAB)
+  num_words = [len(text.split()) for text in texts]
+  np.testing.assert_array_equal(got["num_words"], num_words)
+  for b, text in enumerate(texts):
+    pieces = tokenizer.tokenize(tf.constant(text.split())).to_list()
+    ids = [tokenizer.cls_id] + sum(pieces, []) + [tokenizer.sep_id]
+    assert len(ids) <= SEQ_LENGTH  # one window
+    firsts = np.cumsum([1] + [len(p) for p in pieces])[:-1]
+    inputs = {"input_word_ids": np.array([ids], np.int32),
+              "input_mask": np.ones((1, len(ids)), np.int32),
+              "input_type_ids": np.zeros((1, len(ids)), np.int32)}
+    logits = np.asarray(model(inputs, training=False))[0, firsts]  # [W, C]
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    assert np.allclose(probabilities.sum(-1), 1)
+    scores = got["scores"][b, :num_words[b]].numpy()
+    assert ((scores >= 1 / len(labels)) & (scores <= 1)).all(), scores
+    np.testing.assert_allclose(scores, probabilities.max(-1), atol=1e-5)
+    assert [t.decode() for t in got["tags"][b, :num_words[b]].numpy()] == [
+        labels[i] for i in probabilities.argmax(-1)]
+    assert not got["scores"][b, num_words[b]:].numpy().any()  # padding
