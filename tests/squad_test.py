@@ -62,6 +62,32 @@ def test_perfect_logits_recover_every_answer(tokenizer, max_seq_length,
   assert result["exact"] == 100.0 and result["f1"] == 100.0
 
 
+def test_an_answer_one_piece_longer_than_max_answer_length_is_not_returned():
+  # Context words a..f, one piece each, at window positions 3..8. The best
+  # span (a..d, start 10 + end 10) is max_answer_length + 1 = 4 pieces long:
+  # it must give way to the best span of at most 3 pieces, b..d (5 + 10),
+  # ahead of a..c (10 + 4) and b..c (5 + 4).
+  vocab = ["[CLS]", "q", "[SEP]", "a", "b", "c", "d", "e", "f"]
+  words = vocab[3:]
+  example = squad.SquadExample("q1", "q", " ".join(words), list(words))
+  tokens = [0, 1, 2] + list(range(3, 9)) + [2]
+  feature = squad.SquadFeature(
+      unique_id=squad.FIRST_UNIQUE_ID, example_index=0, doc_span_index=0,
+      tokens=tokens, token_to_orig_map={3 + i: i for i in range(6)},
+      token_is_max_context={3 + i: True for i in range(6)},
+      input_ids=tokens, input_mask=[1] * len(tokens),
+      segment_ids=[0] * 3 + [1] * 7)
+  starts, ends = [-10.0] * len(tokens), [-10.0] * len(tokens)
+  starts[3], starts[4] = 10.0, 5.0  # a, b
+  ends[6], ends[5] = 10.0, 4.0      # d, c
+  predictions, nbest, _ = squad.postprocess(
+      [example], [feature], [starts], [ends], vocab, max_answer_length=3)
+  assert predictions["q1"] == "b c d"
+  texts = [entry["text"] for entry in nbest["q1"]]
+  assert texts[:3] == ["b c d", "a b c", "b c"]
+  assert "a b c d" not in texts
+
+
 def test_answer_text_through_get_final_text():
   # The pieces lack case, accents and the punctuation glued to words.
   assert squad.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
