@@ -107,3 +107,22 @@ def test_encode_packs_and_truncates_the_longer_side():
       [classifier_data.Example("the quick brown fox jumps", None, "x", "f:1")],
       tokenizer, max_seq_length=4)
   assert single["input_word_ids"][0].tolist() == [101] + a[:2] + [102]
+
+
+def test_pair_truncation_cuts_text_b_on_ties():
+  # The original's _truncate_seq_pair: pop from the longer, b on ties.
+  # a, b of 5 each into 7: 5/4 (tie: b), 4/4 (a longer), 4/3 (tie: b).
+  a, b = classifier_data._truncate_pair([1, 2, 3, 4, 5],  # pylint: disable=protected-access
+                                        [11, 12, 13, 14, 15], 7)
+  assert (a, b) == ([1, 2, 3, 4], [11, 12, 13])
+  testing.require_shared_data()
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB)
+  got = classifier_data.encode(
+      [classifier_data.Example("the cat sat", "on the mat", "x", "f:1")],
+      tokenizer, max_seq_length=8)
+  the, cat, sat, on, mat = tokenizer.convert_tokens_to_ids(
+      ["the", "cat", "sat", "on", "mat"])
+  # Budget 8 - 3 = 5 for 3 + 3 pieces: b gives up "mat".
+  assert got["input_word_ids"][0].tolist() == [101, the, cat, sat, 102, on,
+                                               the, 102]
+  assert got["input_type_ids"][0].tolist() == [0] * 5 + [1] * 3
