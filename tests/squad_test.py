@@ -194,6 +194,29 @@ def test_context_pieces_equal_the_tokenizer_and_point_into_the_text(tokenizer):
           span, token)
 
 
+def test_narrow_no_break_space_separates_context_words(tmp_path, tokenizer):
+  # U+202F (in real SQuAD contexts) is whitespace to the original's reader.
+  context = "in Paris\u202fFrance today."
+  assert squad.split_words(context) == (
+      ["in", "Paris", "France", "today."],
+      [0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3])
+  path = tmp_path / "train.json"
+  path.write_text(json.dumps({"data": [{"paragraphs": [{
+      "context": context, "qas": [{"id": "q1", "question": "Where?",
+                                   "answers": [{"text": "France",
+                                                "answer_start": 9}]}]}]}]}))
+  example, = squad.read_squad_examples(str(path), is_training=True,
+                                       version_2_with_negative=False)
+  assert example.doc_tokens == ["in", "Paris", "France", "today."]
+  assert (example.start_position, example.end_position) == (2, 2)
+  # The graph's words are the reader's (byte offsets: U+202F is 3 bytes).
+  pieces = squad.context_pieces(tokenizer, [context])
+  assert [w.decode() for w in pieces["words"][0].numpy()] == (
+      example.doc_tokens)
+  assert pieces["word_start"][0].numpy().tolist() == [0, 3, 11, 18]
+  assert pieces["word_end"][0].numpy().tolist() == [2, 8, 17, 24]
+
+
 @pytest.mark.parametrize("content, message", [
     ('{"version": "1.1"}', r"{path} has no \"data\" list"),
     ("this is not json", r"{path} is not JSON \(line 1: Expecting value\)"),
