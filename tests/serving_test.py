@@ -146,15 +146,45 @@ def test_warmup_requests_replay(exported, served):
     logs.append(prediction_log_pb2.PredictionLog.FromString(record.numpy()))
   assert [log.predict_log.request.model_spec.signature_name for log in logs] \
       == ["serving_default", "serving_ids", "fill_mask"]
+  # What each request should hold, written out here: the default texts, the
+  # smallest id request ([CLS] [SEP] [PAD] as 0s), the texts with a [MASK].
+  texts = list(serving.DEFAULT_WARMUP_TEXTS)
+  ids = {"input_word_ids": [[0, 0, 0]], "input_mask": [[1, 1, 0]],
+         "input_type_ids": [[0, 0, 0]]}
+  intended = {"serving_default": {"text": tf.constant(texts)},
+              "serving_ids": {name: tf.constant(value, tf.int32)
+                              for name, value in ids.items()},
+              "fill_mask": {"text": tf.constant(
+                  [f"{text} [MASK]" for text in texts])}}
+  replies = {}
   for log in logs:
     request = log.predict_log.request
-    inputs = {name: tf.constant(tf.make_ndarray(proto))
-              for name, proto in request.inputs.items()}
-    outputs = served.signatures[request.model_spec.signature_name](**inputs)
-    first = next(iter(outputs.values()))
-    assert first.shape[0] == len(next(iter(inputs.values())))
+    name = request.model_spec.signature_name
+    inputs = {key: tf.constant(tf.make_ndarray(proto))
+              for key, proto in request.inputs.items()}
+    assert set(inputs) == set(intended[name]), name
+    replies[name] = served.signatures[name](**inputs)
+    # The replayed reply equals the signature called on the intended inputs.
+    want = served.signatures[name](**intended[name])
+    assert set(replies[name]) == set(want), name
+    for key, value in want.items():
+      np.testing.assert_array_equal(replies[name][key].numpy(), value.numpy(),
+                                    err_msg=f"{name}: {key}")
+  # And the values are the model's: the Keras encoder on the same texts/ids.
+  inputs, keras_out = _keras_on_text(exported["encoder"], texts)
+  np.testing.assert_allclose(replies["serving_default"]["pooled_output"],
+                             keras_out["pooled_output"], atol=1e-6)
+  keras_ids = exported["encoder"](
+      {name: np.array(value, np.int32) for name, value in ids.items()},
+      training=False)
+  mask = np.array(ids["input_mask"])
+  np.testing.assert_allclose(
+      _at_tokens(replies["serving_ids"]["sequence_output"], mask),
+      _at_tokens(keras_ids["sequence_output"], mask), atol=1e-6)
+  np.testing.assert_allclose(replies["serving_ids"]["pooled_output"],
+                             keras_ids["pooled_output"], atol=1e-6)
   # The fill_mask request holds a [MASK] in every text.
-  assert (outputs["mask_positions"].numpy()[:, 0] > 0).all()
+  assert (replies["fill_mask"]["mask_positions"].numpy()[:, 0] > 0).all()
 
 
 def test_saved_model_cli_run_matches_keras(exported, served, tmp_path):
