@@ -109,11 +109,19 @@ def squad_metric_counts(labels, outputs):
 
 def _read(path, is_training):
   from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
+  skipped = []
   try:
-    return squad.read_squad_examples(path, is_training,
-                                     FLAGS.version_2_with_negative)
+    examples = squad.read_squad_examples(path, is_training,
+                                         FLAGS.version_2_with_negative,
+                                         skipped)
   except ValueError as e:
     raise app.UsageError(str(e))
+  if skipped:  # The original logs "Could not find answer" for each.
+    print(f"{path}: skipped {len(skipped)} training question"
+          f"{'s' if len(skipped) > 1 else ''} whose answer text is not at "
+          f"its answer_start (as the original): {', '.join(skipped[:5])}"
+          f"{', ...' if len(skipped) > 5 else ''}", flush=True)
+  return examples
 
 
 def _has_answers(path):
@@ -130,6 +138,11 @@ def evaluation(data, predictions, null_odds, step):
     result = dict(squad_metrics.evaluate_v2(data, predictions, null_odds))
     result["exact_match"] = result["exact"]
   else:
+    # A v2.0 file predicted as v1.1: its impossible questions (no gold
+    # answer) cannot be scored by evaluate-v1.1.py, so they are left out.
+    data = [{"paragraphs": [
+        {"qas": [qa for qa in paragraph["qas"] if qa.get("answers")]}
+        for paragraph in article["paragraphs"]]} for article in data]
     result = squad_metrics.evaluate_v1(data, predictions)
   result["global_step"] = step
   return result

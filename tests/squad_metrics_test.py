@@ -4,12 +4,10 @@ Every expected number below is worked out by hand from the official
 scripts' definitions (evaluate-v1.1.py, evaluate-v2.0.py), in the comments.
 """
 
-import json
 
 import pytest
 
 from official_bert.tasks import squad_metrics
-from tests import testing
 
 
 def _data(questions):
@@ -103,23 +101,3 @@ def test_v1():
   # (v1.1: an empty prediction scores 0 even against ""), 0.
   assert result == {"exact_match": pytest.approx(100 * 2 / 4),
                     "f1": pytest.approx(100 * (1 + 6 / 7) / 4)}
-
-
-def test_squad_evaluate_command_prints_the_official_json(tmp_path):
-  data_file, predictions_file = tmp_path / "dev.json", tmp_path / "pred.json"
-  na_file = tmp_path / "null_odds.json"
-  data_file.write_text(json.dumps({"version": "v2.0", "data": DATA}))
-  predictions_file.write_text(json.dumps(PREDICTIONS))
-  na_file.write_text(json.dumps(NA_PROBS))
-  proc = testing.run_cli(["-m", "official_bert.squad_evaluate", str(data_file),
-                          str(predictions_file), f"--na_prob_file={na_file}"])
-  lines = proc.stdout.strip().splitlines()
-  assert len(lines) == 1
-  assert json.loads(lines[0]) == pytest.approx(
-      dict(squad_metrics.evaluate_v2(DATA, PREDICTIONS, NA_PROBS)))
-  bad = testing.run_cli(["-m", "official_bert.squad_evaluate", str(data_file),
-                         str(tmp_path / "missing.json")], check=False)
-  assert bad.returncode == 1 and "Traceback" not in bad.stderr
-  assert bad.stderr.strip().splitlines()[-1].endswith(
-      f"predictions {tmp_path / 'missing.json'} cannot be read "
-      "(No such file or directory).")

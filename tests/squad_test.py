@@ -223,8 +223,8 @@ def test_narrow_no_break_space_separates_context_words(tmp_path, tokenizer):
     (json.dumps({"data": [{"paragraphs": [{"context": "Paris is in France.",
                  "qas": [{"id": "q42", "question": "Where?", "answers": [
                      {"text": "France", "answer_start": 3}]}]}]}]}),
-     r"{path}: question q42: answer 'France' is not at answer_start=3 \(the "
-     r"context there reads 'is is '\); fix answer_start or the text\.$"),
+     r"{path} has no training question whose answer text is at its "
+     r"answer_start \(1 skipped: q42\); fix answer_start or the text\.$"),
 ])
 def test_bad_squad_files_are_one_sentence(tmp_path, content, message):
   testing.require_shared_data()
@@ -243,3 +243,95 @@ def test_bad_squad_files_are_one_sentence(tmp_path, content, message):
   import re  # pylint: disable=g-import-not-at-top
   assert re.search(message.format(path=re.escape(str(path))), last), last
   assert not os.path.exists(out)
+
+
+# "France" is at 12; at 3 the words are "is in"; 13 is inside "France." (the
+# original's check finds the text in the answer's words); 100 is past the end.
+_CONTEXT = "Paris is in France. Rollo was a Viking."
+
+
+def _question(qid, text, start):
+  return {"id": qid, "question": "Where?",
+          "answers": [{"text": text, "answer_start": start}]}
+
+
+def _squad_file(tmp_path, qas, version="v2.0"):
+  path = tmp_path / "squad.json"
+  path.write_text(json.dumps({"version": version, "data": [{"paragraphs": [
+      {"context": _CONTEXT, "qas": qas}]}]}))
+  return str(path)
+
+
+def test_training_answers_not_at_answer_start_are_skipped_as_the_original(
+    tmp_path):
+  path = _squad_file(tmp_path, [
+      _question("good", "France", 12), _question("bad", "France", 3),
+      _question("inside", "France", 13), _question("far", "France", 100),
+      _question("empty", " ", 12)])
+  skipped = []
+  examples = squad.read_squad_examples(path, True, False, skipped)
+  assert [e.qas_id for e in examples] == ["good", "inside"]
+  assert skipped == ["bad", "far", "empty"]
+  # Both point at the word "France." (word 3), as the original's positions.
+  assert [(e.start_position, e.end_position) for e in examples] == [(3, 3),
+                                                                    (3, 3)]
+
+
+def test_prediction_reads_no_answers(tmp_path):
+  qas = [_question("bad", "France", 3), _question("far", "x", 100),
+         {"id": "junk", "question": "?", "answers": "not a list"},
+         {"id": "imp", "question": "?", "answers": [], "is_impossible": True},
+         {"id": "bad_start", "question": "?",
+          "answers": [{"text": "x", "answer_start": "3"}]}]
+  path = _squad_file(tmp_path, qas)
+  examples = squad.read_squad_examples(path, False, False)
+  assert [e.qas_id for e in examples] == [q["id"] for q in qas]
+  assert not any(e.is_impossible for e in examples)  # read as v1.1
+  examples = squad.read_squad_examples(path, False, True)
+  assert [e.qas_id for e in examples if e.is_impossible] == ["imp"]
+
+
+def test_a_v2_file_predicted_without_the_v2_flag_reads_as_v1_1():
+  testing.require_shared_data()
+  examples = squad.read_squad_examples(SAMPLE, False, False)
+  assert len(examples) == 14 and not any(e.is_impossible for e in examples)
+  # Training on it still needs the flag (the original: "exactly 1 answer").
+  with pytest.raises(ValueError, match=r"question 5ad39d53604f3c001a3fe8d3 "
+                     r"is impossible \(SQuAD v2.0\); pass "
+                     r"--version_2_with_negative\.$"):
+    squad.read_squad_examples(SAMPLE, True, False)
+
+
+def test_files_that_are_not_squad_are_still_one_sentence_for_prediction(
+    tmp_path):
+  path = _squad_file(tmp_path, [{"question": "no id"}])
+  with pytest.raises(ValueError, match=r"paragraphs\[0\] has a question "
+                     r"without an \"id\" or \"question\" string\.$"):
+    squad.read_squad_examples(path, False, False)
+
+
+def test_run_squad_reports_the_skipped_questions_in_one_line(tmp_path):
+  """A train file with 6 misaligned answers among good ones, and a v2.0
+  predict file without --version_2_with_negative: both are read (the run
+  then stops at the unusable vocab, after reading, before training)."""
+  train = _squad_file(tmp_path, [_question("good", "France", 12)] + [
+      _question(f"bad{i}", "France", 3) for i in range(6)])
+  predict = tmp_path / "predict.json"
+  predict.write_text(json.dumps({"version": "v2.0", "data": [{"paragraphs": [
+      {"context": _CONTEXT, "qas": [
+          _question("p1", "France", 3),
+          {"id": "imp", "question": "?", "answers": [],
+           "is_impossible": True}]}]}]}))
+  config, vocab = tmp_path / "bert_config.json", tmp_path / "vocab.txt"
+  testing.tiny_config(vocab_size=30522).to_json_file(str(config))
+  vocab.write_bytes(b"\x00\xff")
+  proc = testing.run_cli([
+      "-m", "official_bert.run_squad", f"--bert_config_file={config}",
+      f"--vocab_file={vocab}", f"--output_dir={tmp_path / 'out'}",
+      f"--train_file={train}", "--do_train", f"--predict_file={predict}",
+      "--do_predict"], check=False)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr
+  assert proc.stdout.splitlines() == [
+      f"{train}: skipped 6 training questions whose answer text is not at its "
+      "answer_start (as the original): bad0, bad1, bad2, bad3, bad4, ..."]
+  assert "holds NUL bytes" in proc.stderr.strip().splitlines()[-1]

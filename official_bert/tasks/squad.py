@@ -24,9 +24,13 @@ The algorithm of google-research/bert's run_squad.py:
               the windows); the question is unanswered when the null score
               exceeds the best span's by more than null_score_diff_threshold.
 
-Every problem in a data file is one `ValueError` sentence naming the file and
-the question id: not JSON, no `data` list, a question without id or text, an
-answer whose `answer_start` does not point at its text.
+A file that is not SQuAD is one `ValueError` sentence naming the file and the
+question id: not JSON, no `data` list, a question without id or text, for
+training an answer without text or integer answer_start. As the original's
+reader, a training answer whose text is not found in the words at its
+answer_start is skipped (and reported to the caller), prediction never reads
+answers, and without version_2_with_negative a v2.0 file is predicted as
+v1.1 (no question impossible).
 
 The context's WordPieces come from `context_pieces`, TF ops that also give
 each piece's byte range in the context: run_squad and the exported model
@@ -114,13 +118,19 @@ def load_squad_json(path):
   return data["data"]
 
 
-def read_squad_examples(path, is_training, version_2_with_negative):
-  """`SquadExample`s of a SQuAD file (answers checked against the context).
+def read_squad_examples(path, is_training, version_2_with_negative,
+                        skipped=None):
+  """`SquadExample`s of a SQuAD file, read as the original's reader.
 
   For training, each answerable question needs exactly one answer (as the
-  original); impossible questions need `version_2_with_negative`.
+  original) and impossible questions need `version_2_with_negative`; a
+  question whose answer text is not in the context's words at its
+  answer_start is left out (the original's "Could not find answer"), its id
+  appended to `skipped` when a list is given. Prediction reads no answers
+  and, without `version_2_with_negative`, no `is_impossible`.
   """
   examples = []
+  skipped = [] if skipped is None else skipped
   for a, article in enumerate(load_squad_json(path)):
     paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
     if not isinstance(paragraphs, list):
@@ -135,9 +145,18 @@ def read_squad_examples(path, is_training, version_2_with_negative):
       context = paragraph["context"]
       doc_tokens, char_to_word_offset = split_words(context)
       for qa in paragraph["qas"]:
-        examples.append(_read_question(
+        example = _read_question(
             qa, where, path, context, doc_tokens, char_to_word_offset,
-            is_training, version_2_with_negative))
+            is_training, version_2_with_negative)
+        if example is None:
+          skipped.append(qa["id"])
+        else:
+          examples.append(example)
+  if not examples and skipped:
+    raise ValueError(
+        f"{path} has no training question whose answer text is at its "
+        f"answer_start ({len(skipped)} skipped: {', '.join(skipped[:5])}); "
+        "fix answer_start or the text.")
   if not examples:
     raise ValueError(f"{path} has no questions.")
   return examples
@@ -145,40 +164,50 @@ def read_squad_examples(path, is_training, version_2_with_negative):
 
 def _read_question(qa, where, path, context, doc_tokens, char_to_word_offset,
                    is_training, version_2_with_negative):
+  """The question's SquadExample, or None for a training answer that is not
+  where answer_start says (the original skips it)."""
   if not (isinstance(qa, dict) and isinstance(qa.get("id"), str)
           and isinstance(qa.get("question"), str)):
     raise ValueError(f"{where} has a question without an \"id\" or "
                      "\"question\" string.")
   qid = qa["id"]
+  if not is_training:
+    # As the original: no answers read, and is_impossible only for v2.0.
+    return SquadExample(qid, qa["question"], context, doc_tokens,
+                        is_impossible=(version_2_with_negative and
+                                       bool(qa.get("is_impossible", False))))
   answers = qa.get("answers", [])
   is_impossible = bool(qa.get("is_impossible", False))
   if not isinstance(answers, list):
     raise ValueError(f"{path}: question {qid}: \"answers\" is not a list.")
-  for answer in answers:
-    if not (isinstance(answer, dict) and isinstance(answer.get("text"), str)
-            and isinstance(answer.get("answer_start"), int)):
-      raise ValueError(f"{path}: question {qid}: an answer needs \"text\" "
-                       "and an integer \"answer_start\".")
-    start, text = answer["answer_start"], answer["text"]
-    if not text or context[start:start + len(text)] != text or start < 0:
-      raise ValueError(
-          f"{path}: question {qid}: answer {text!r} is not at answer_start="
-          f"{start} (the context there reads "
-          f"{context[max(start, 0):max(start, 0) + len(text)]!r}); fix "
-          "answer_start or the text.")
   if is_impossible and not version_2_with_negative:
     raise ValueError(f"{path}: question {qid} is impossible (SQuAD v2.0); "
                      "pass --version_2_with_negative.")
   example = SquadExample(qid, qa["question"], context, doc_tokens,
                          is_impossible=is_impossible)
-  if is_training and not is_impossible:
-    if len(answers) != 1:
-      raise ValueError(f"{path}: question {qid} has {len(answers)} answers; "
-                       "for training each question needs exactly one.")
-    start, text = answers[0]["answer_start"], answers[0]["text"]
-    example.orig_answer_text = text
-    example.start_position = char_to_word_offset[start]
-    example.end_position = char_to_word_offset[start + len(text) - 1]
+  if is_impossible:
+    return example
+  if len(answers) != 1:
+    raise ValueError(f"{path}: question {qid} has {len(answers)} answers; "
+                     "for training each question needs exactly one.")
+  answer = answers[0]
+  if not (isinstance(answer, dict) and isinstance(answer.get("text"), str)
+          and isinstance(answer.get("answer_start"), int)):
+    raise ValueError(f"{path}: question {qid}: an answer needs \"text\" "
+                     "and an integer \"answer_start\".")
+  start, text = answer["answer_start"], answer["text"]
+  end = start + len(text) - 1
+  if not text.strip() or start < 0 or end >= len(context):
+    return None  # (The original fails on these with an IndexError.)
+  start_word, end_word = char_to_word_offset[start], char_to_word_offset[end]
+  # The original's check: the answer's words contain its text (whitespace
+  # collapsed); an answer_start a few characters off inside a word passes.
+  actual_text = " ".join(doc_tokens[max(start_word, 0):end_word + 1])
+  if actual_text.find(" ".join(text.split())) == -1:
+    return None
+  example.orig_answer_text = text
+  example.start_position = start_word
+  example.end_position = end_word
   return example
 
 

@@ -152,3 +152,33 @@ def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
       result[f"best_{name}"] = best
       result[f"best_{name}_thresh"] = thresh
   return result
+
+
+def precision_recall_curve(scores, na_probs, has_answer):
+  """evaluate-v2.0.py's precision-recall curve over thresholds on na_probs.
+
+  Questions in order of rising no-answer probability; answering the first i
+  of them gives precision (score of the answerable ones among them) / i and
+  recall over all answerable questions of the data file. A point is taken
+  where a threshold can fall (between two different probabilities).
+
+  Returns:
+    (precisions, recalls, average precision in percent), as
+    make_precision_recall_eval; None when no question is answerable.
+  """
+  num_true_pos = sum(1 for has in has_answer.values() if has)
+  if num_true_pos == 0:
+    return None
+  qids = sorted(na_probs, key=lambda q: na_probs[q])
+  true_pos, avg_prec = 0.0, 0.0
+  precisions, recalls = [1.0], [0.0]
+  for i, qid in enumerate(qids):
+    if has_answer[qid]:
+      true_pos += scores[qid]
+    precision = true_pos / float(i + 1)
+    recall = true_pos / float(num_true_pos)
+    if i == len(qids) - 1 or na_probs[qid] != na_probs[qids[i + 1]]:
+      avg_prec += precision * (recall - recalls[-1])
+      precisions.append(precision)
+      recalls.append(recall)
+  return precisions, recalls, 100.0 * avg_prec
