@@ -25,10 +25,8 @@ Formats (`--export_dir` must not exist; it appears only when complete):
                          NER heads have no original names and are refused.
 """
 
-import contextlib
 import json
 import os
-import secrets
 import shutil
 import time
 
@@ -76,7 +74,7 @@ def export(export_dir, fmt, bert_config_file, init_checkpoint, vocab_file,
     if model.task != "encoder":
       log(f"note: the {model.task} head is not part of a sentence-"
           "transformers model; its encoder is exported")
-  with _atomic_dir(export_dir) as tmp:
+  with saved_model_io.atomic_dir(export_dir) as tmp:
     if fmt == "huggingface":
       hf_export.write_huggingface(model, tmp, vocab_file, do_lower_case)
     elif fmt == "sentence_transformers":
@@ -105,24 +103,6 @@ def write_tf1(model, directory, vocab_file):
   with open(vocab_file, "rb") as src, open(
       os.path.join(directory, "vocab.txt"), "wb") as dst:
     shutil.copyfileobj(src, dst)
-
-
-@contextlib.contextmanager
-def _atomic_dir(path):
-  """Yields a hidden directory beside `path`, renamed to `path` when the
-  block ends without error and removed otherwise. os.mkdir, not
-  tempfile.mkdtemp: the umask's modes (mkdtemp makes 0700)."""
-  parent = os.path.dirname(path)
-  tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-"
-                     f"{os.getpid()}-{secrets.token_hex(4)}")
-  os.makedirs(parent, exist_ok=True)
-  os.mkdir(tmp)
-  try:
-    yield tmp
-    os.rename(tmp, path)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
 
 
 def main(argv):

@@ -7,6 +7,7 @@
   * `atomic_save(...)`: a SavedModel appears under its final name only when
     complete (written beside it under a hidden temporary name, then renamed),
     so an interrupted export never leaves a directory that looks finished;
+    `atomic_dir(...)` does the same for any directory (export_checkpoint);
   * `op_types(...)`: every op a SavedModel's graph uses, split into core
     TensorFlow, TF Text and anything else (what a model server must link);
   * `define_model_flags()`: the command-line flags naming the model to export.
@@ -159,6 +160,29 @@ def check_vocab(vocab_file, vocab_size):
   return vocab
 
 
+@contextlib.contextmanager
+def atomic_dir(path):
+  """Yields a hidden directory beside `path`, renamed to `path` when the
+  block ends without error and removed otherwise.
+
+  Hidden and non-numeric, so neither TF Serving's version scan nor a reader
+  looking for `path` mistakes it for a finished export. os.mkdir, not
+  tempfile.mkdtemp: the export gets the umask's modes (a model server
+  running as another user reads it), not mkdtemp's 0700.
+  """
+  parent = os.path.dirname(path)
+  os.makedirs(parent, exist_ok=True)
+  tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-"
+                     f"{os.getpid()}-{secrets.token_hex(4)}")
+  os.mkdir(tmp)
+  try:
+    yield tmp
+    os.rename(tmp, path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+
+
 def atomic_save(obj, export_path, signatures=None, after_save=None):
   """`tf.saved_model.save` that publishes `export_path` only when complete.
 
@@ -176,23 +200,10 @@ def atomic_save(obj, export_path, signatures=None, after_save=None):
   if tf.io.gfile.exists(export_path):
     raise ValueError(f"export path {export_path} already exists; remove it "
                      "or choose another path")
-  parent = os.path.dirname(export_path)
-  os.makedirs(parent, exist_ok=True)
-  # Hidden and non-numeric, so neither TF Serving's version scan nor a
-  # reader looking for `export_path` mistakes it for a finished export.
-  # os.mkdir, not tempfile.mkdtemp: the export gets the umask's modes (a
-  # model server running as another user reads it), not mkdtemp's 0700.
-  tmp = os.path.join(parent, f".{os.path.basename(export_path)}.tmp-"
-                     f"{os.getpid()}-{secrets.token_hex(4)}")
-  os.mkdir(tmp)
-  try:
+  with atomic_dir(export_path) as tmp:
     tf.saved_model.save(obj, tmp, signatures=signatures)
     if after_save is not None:
       after_save(tmp)
-    os.rename(tmp, export_path)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
   return export_path
 
 
