@@ -436,3 +436,44 @@ def test_iterations_per_loop_sets_steps_per_loop(world):
   _ok(world, "mrpc_loops")
   resolved = json.loads((tmp / "mrpc_loops" / "flags.json").read_text())
   assert resolved["steps_per_loop"] == 2
+
+
+def test_a_v2_file_predicted_without_the_v2_flag_is_read_as_v1_1(world):
+  """The original reads a SQuAD v2.0 file as v1.1 without
+  --version_2_with_negative: every question gets a span (no null answer),
+  no null_odds.json; ours also scores it as evaluate-v1.1.py would, over
+  the questions that have answers (the impossible ones have none to
+  score)."""
+  from tests import squad_evaluate_test  # pylint: disable=g-import-not-at-top
+  tmp = world["tmp"]
+  README["v2_as_v1"] = """
+python run_squad.py \\
+  --vocab_file=$BERT_BASE_DIR/vocab.txt \\
+  --bert_config_file=$BERT_BASE_DIR/bert_config.json \\
+  --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt \\
+  --do_predict=True \\
+  --predict_file=$SQUAD_DIR/dev-v2.0.json \\
+  --max_seq_length=384 \\
+  --doc_stride=128 \\
+  --output_dir=/tmp/v2_as_v1/
+"""
+  _ok(world, "v2_as_v1")
+  out = tmp / "v2_as_v1"
+  predictions = json.loads((out / "predictions.json").read_text())
+  with open(os.path.join(world["env"]["SQUAD_DIR"], "dev-v2.0.json"),
+            encoding="utf-8") as f:
+    data = json.load(f)["data"]
+  qas = [qa for a in data for p in a["paragraphs"] for qa in p["qas"]]
+  assert any(qa.get("is_impossible") for qa in qas)
+  assert set(predictions) == {qa["id"] for qa in qas}
+  assert all(predictions.values())  # a span for every question
+  assert not (out / "null_odds.json").exists()
+  answerable = [{"paragraphs": [{"qas": [qa for qa in p["qas"]
+                                         if qa["answers"]]}
+                                for p in a["paragraphs"]]} for a in data]
+  printed, _ = squad_evaluate_test._official_v1(answerable, predictions)  # pylint: disable=protected-access
+  written = dict(line.split(" = ") for line in
+                 (out / "eval_results.txt").read_text().splitlines())
+  expected = json.loads(printed)
+  for key in ("exact_match", "f1"):
+    assert float(written[key]) == pytest.approx(expected[key]), key
