@@ -30,6 +30,7 @@ from absl import app
 from absl import flags
 
 from official_bert import cli
+from official_bert import tpu_flags
 
 FLAGS = flags.FLAGS
 
@@ -48,6 +49,7 @@ def define_flags():
   flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).")
   flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated.")
   flags.DEFINE_integer("batch_size", 32, "Batch size for inference.")
+  tpu_flags.define(extract_features=True)
 
 
 def parse_layers(text, num_layers):
@@ -106,6 +108,7 @@ def encode_mixed(examples, tokenizer, max_seq_length):
 
 def main(argv):
   del argv
+  tpu_flags.apply(FLAGS)
   for name in ("input_file", "output_file", "bert_config_file", "vocab_file",
                "init_checkpoint"):
     if not getattr(FLAGS, name):

@@ -37,6 +37,7 @@ from absl import app
 from absl import flags
 
 from official_bert import cli
+from official_bert import tpu_flags
 
 FLAGS = flags.FLAGS
 
@@ -100,6 +101,7 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                        "shuffle.")
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
                       "fine-tuned model for TF Serving here.")
+  tpu_flags.define()
 
 
 def _modes():
@@ -116,6 +118,7 @@ def check_flags(data_paths=None, mode_paths=None):
       required only when their mode is set (run_squad's --do_train needs
       --train_file).
   """
+  tpu_flags.apply(FLAGS)
   modes = _modes()
   if not any(getattr(FLAGS, m) for m in modes):
     raise app.UsageError("At least one of "
@@ -227,14 +230,6 @@ class Run:
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
-    # What this run adds to --output_dir, removed again when a bad
-    # --init_checkpoint stops it before any training (nothing left behind).
-    self._made_dirs, path = [], os.path.abspath(FLAGS.output_dir)
-    while not os.path.exists(path):
-      self._made_dirs.append(path)  # deepest first
-      path = os.path.dirname(path)
-    self._written = []
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
     from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
     from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
     from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
@@ -242,10 +237,20 @@ class Run:
       distribution.split_cpu(FLAGS.num_cpu_devices)
     try:
       strategy = distribution.get_strategy(
-          FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu)
+          FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu,
+          tpu_flags.resolver_args(FLAGS))
       distribution.check_jit_compile(strategy, FLAGS.jit_compile)
     except ValueError as e:
       raise app.UsageError(str(e))
+    # What this run adds to --output_dir, removed again when a bad
+    # --init_checkpoint stops it before any training (nothing left behind);
+    # made once the strategy is (a TPU that cannot be reached leaves none).
+    self._made_dirs, path = [], os.path.abspath(FLAGS.output_dir)
+    while "://" not in FLAGS.output_dir and not os.path.exists(path):
+      self._made_dirs.append(path)  # deepest first
+      path = os.path.dirname(path)
+    self._written = []
+    tf.io.gfile.makedirs(FLAGS.output_dir)
     self.replicas = strategy.num_replicas_in_sync
     if FLAGS.do_train and FLAGS.train_batch_size % self.replicas:
       raise app.UsageError(

@@ -249,11 +249,13 @@ def main(argv):
   if FLAGS.do_predict:
     examples, inputs, _ = splits["test"]
     logits = finetuning.predict(run.model, inputs, FLAGS.predict_batch_size)
+    # str() of each float32, as the original writes its probabilities: the
+    # shortest text that reads back to the same float32.
     if regression:
-      rows = [f"{value:.6g}" for value in logits[:, 0]]
+      rows = [str(value) for value in logits[:, 0]]
     else:
       probabilities = tf.nn.softmax(logits, axis=-1).numpy()
-      rows = ["\t".join(f"{p:.6g}" for p in row) for row in probabilities]
+      rows = ["\t".join(str(p) for p in row) for row in probabilities]
     if run.is_chief:
       finetuning.write(FLAGS.output_dir, "test_results.tsv",
                        "".join(row + "\n" for row in rows))

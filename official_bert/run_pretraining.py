@@ -17,12 +17,14 @@ and, with --do_eval, eval_results.txt.
 
 import json
 import os
+import re
 import sys
 
 from absl import app
 from absl import flags
 
 from official_bert import cli
+from official_bert import tpu_flags
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
@@ -102,9 +104,12 @@ flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
 flags.DEFINE_integer("seed", 12345,
                      "Seed of the weights, dropout and data order.")
 
+tpu_flags.define()
+
 
 def _check_flags():
   """The flag errors one sentence can explain, before TensorFlow starts."""
+  tpu_flags.apply(FLAGS)
   if not FLAGS.do_train and not FLAGS.do_eval:
     raise app.UsageError("At least one of --do_train or --do_eval must be set.")
   for name in ("bert_config_file", "input_file", "output_dir"):
@@ -157,6 +162,19 @@ def _check_same_config(config, output_dir):
         f"{saved_path}, the model of the checkpoints in --output_dir "
         f"({', '.join(changed)}); use a new --output_dir to start fresh, or "
         "the same config to resume.")
+
+
+def _out_of_vocab_sentence(error, vocab_size):
+  """A token id past the embedding table in a record after the first ones
+  that were checked at start-up (the CPU's gather reports it)."""
+  found = re.search(r"= (\d+) is not in \[0, (\d+)\)", error.message or "")
+  if not found or int(found.group(2)) != vocab_size:
+    return None
+  return (f"--input_file={FLAGS.input_file} holds token id {found.group(1)}, "
+          f"but vocab_size is {vocab_size} in --bert_config_file="
+          f"{FLAGS.bert_config_file}: the records were written with another "
+          "vocab.txt; regenerate them with the model's vocab.txt (training "
+          "stopped; the last checkpoint in --output_dir is kept).")
 
 
 def _corrupt_data_sentence(error):
@@ -232,11 +250,13 @@ def main(argv):
     # The strategy first: multi-worker collectives must be configured
     # before TensorFlow runs any op (reading the files does).
     strategy = distribution.get_strategy(
-        FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu)
+        FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu,
+        tpu_flags.resolver_args(FLAGS))
     distribution.check_jit_compile(strategy, FLAGS.jit_compile)
     files = input_pipeline.resolve_input_files(FLAGS.input_file)
     input_pipeline.check_input_files(files, FLAGS.max_seq_length,
-                                     FLAGS.max_predictions_per_seq)
+                                     FLAGS.max_predictions_per_seq,
+                                     vocab_size=config.vocab_size)
   except ValueError as e:
     raise app.UsageError(str(e))
   if FLAGS.init_checkpoint and not tf.train.latest_checkpoint(
@@ -324,6 +344,11 @@ def main(argv):
                                      global_batch_size=FLAGS.train_batch_size)
     except tf.errors.DataLossError as e:
       raise cli.Error(_corrupt_data_sentence(e)) from None
+    except tf.errors.InvalidArgumentError as e:
+      sentence = _out_of_vocab_sentence(e, config.vocab_size)
+      if sentence is None:
+        raise
+      raise cli.Error(sentence) from None
     step = result.step
     if result.preempted:
       return
@@ -339,6 +364,11 @@ def main(argv):
                               max_steps=FLAGS.max_eval_steps)
     except tf.errors.DataLossError as e:
       raise cli.Error(_corrupt_data_sentence(e)) from None
+    except tf.errors.InvalidArgumentError as e:
+      sentence = _out_of_vocab_sentence(e, config.vocab_size)
+      if sentence is None:
+        raise
+      raise cli.Error(sentence) from None
     result = eval_results(sums, step)
     if trainer.is_chief:
       path = os.path.join(FLAGS.output_dir, "eval_results.txt")

@@ -304,3 +304,116 @@ def test_extract_features_config_that_does_not_fit_is_the_last_line(
         output[-3000:])
     assert expected[name] in lines[-1], lines[-1]
     assert not (tmp_path / name).exists()
+
+
+# ------------------------------------- pretraining data and checkpoints ----
+
+def _pretraining_args(config, data, out, steps=8):
+  return ["-m", "official_bert.run_pretraining", "--do_train",
+          f"--input_file={data}", f"--output_dir={out}",
+          f"--bert_config_file={config}", f"--max_seq_length={testing.SEQ}",
+          "--max_predictions_per_seq=3", "--train_batch_size=4",
+          f"--num_train_steps={steps}", "--num_warmup_steps=1",
+          "--save_checkpoints_steps=4", "--steps_per_loop=4"]
+
+
+def test_token_ids_past_the_vocabulary_before_anything_is_written(files,
+                                                                  tmp_path):
+  """Records written with BERT's 30,522-word vocab, a 99-word config: one
+  sentence at start-up naming the file, the id and vocab_size."""
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  instances = input_pipeline_test.make_instances(4, seed=1, vocab=30522)
+  data = input_pipeline_test.write_records(tmp_path / "big.tfrecord",
+                                           instances)
+  largest = int(max(instances.input_ids.max(), instances.masked_lm_ids.max()))
+  out = tmp_path / "out"
+  _assert_one_sentence(
+      _pretraining_args(f"{files}/bert_config.json", data, out),
+      "run_pretraining",
+      f"TFRecord file {data} holds token id {largest}, but the model's "
+      f"vocab_size is {testing.VOCAB_SIZE}")
+  assert not out.exists()
+
+
+def test_token_ids_past_the_vocabulary_after_the_checked_records(files,
+                                                                 tmp_path):
+  """A bad id past the records checked at start-up: the gather's error is
+  the same one sentence, not a traceback."""
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from official_bert.data import features  # pylint: disable=g-import-not-at-top
+  good = input_pipeline_test.make_instances(100, seed=1)
+  bad = input_pipeline_test.make_instances(60, seed=2, vocab=30522)
+  both = features.Instances(**{
+      f: np.concatenate([getattr(good, f), getattr(bad, f)])
+      for f in features.Instances.__dataclass_fields__})
+  data = input_pipeline_test.write_records(tmp_path / "late.tfrecord", both)
+  status, lines = _run_merged(_pretraining_args(
+      f"{files}/bert_config.json", data, tmp_path / "out", steps=40))
+  testing.assert_one_sentence_last(
+      status, lines, "run_pretraining",
+      f"--input_file={data} holds token id ")
+  assert f"but vocab_size is {testing.VOCAB_SIZE}" in lines[-1]
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("cut inside a header", "is cut short: it ends 5 bytes into the record "
+     "at byte "),
+    ("header checksum", "is corrupt: the record header at byte 0 fails its "
+     "checksum"),
+])
+def test_tfrecord_framing_is_checked_at_start(files, tmp_path, damage,
+                                              expected):
+  """TensorFlow reads a file cut inside a record header as a shorter valid
+  file (and a run would train on); the start-up check names the cut."""
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  data = input_pipeline_test.write_records(
+      tmp_path / "d.tfrecord", input_pipeline_test.make_instances(8, seed=1))
+  raw = pathlib.Path(data).read_bytes()
+  record = len(raw) // 8
+  if damage == "cut inside a header":
+    raw = raw[:7 * record + 5]
+  else:
+    raw = raw[:8] + bytes([raw[8] ^ 1]) + raw[9:]
+  pathlib.Path(data).write_bytes(raw)
+  out = tmp_path / "out"
+  _assert_one_sentence(
+      _pretraining_args(f"{files}/bert_config.json", data, out),
+      "run_pretraining", f"TFRecord file {data} {expected}")
+  assert not out.exists()
+
+
+def test_truncated_checkpoint_on_resume_falls_back_and_says_so(files,
+                                                              tmp_path):
+  """A truncated data file raised `IndexError: Read less bytes than
+  requested` (a traceback); now the trainer resumes from the checkpoint
+  before it, saying so, and stops with one sentence when none reads."""
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  data = input_pipeline_test.write_records(
+      tmp_path / "d.tfrecord", input_pipeline_test.make_instances(16, seed=1))
+  out = tmp_path / "out"
+  config = f"{files}/bert_config.json"
+  status, lines = _run_merged(_pretraining_args(config, data, out, steps=8))
+  assert status == 0, lines[-5:]
+
+  def cut(step):
+    (data_file,) = out.glob(f"ckpt-{step}.data-*")
+    data_file.write_bytes(data_file.read_bytes()[:data_file.stat().st_size
+                                                 // 2])
+
+  cut(8)
+  status, lines = _run_merged(_pretraining_args(config, data, out, steps=12))
+  assert status == 0, lines[-5:]
+  output = "\n".join(lines)
+  assert (f"Warning: checkpoint ckpt-8: " in output and f"in {out} is "
+          "truncated or corrupt; resuming from ckpt-4, the newest that "
+          "reads" in output), output[-2000:]
+  assert f"Resumed from {out}/ckpt-4 at step 4" in output
+  assert "Trained steps 4..12" in output
+  # Every checkpoint damaged: one sentence.
+  for step in (4, 8, 12):
+    cut(step)
+  _assert_one_sentence(
+      _pretraining_args(config, data, out, steps=16), "run_pretraining",
+      f"Every checkpoint in --output_dir {out} is truncated or corrupt "
+      "(ckpt-12: ")

@@ -40,6 +40,10 @@ FILES = {
         "test_matched.tsv": "index\tpromptID\tpairID\tgenre\ts1bp\ts2bp\t"
                             "s1p\ts2p\tsentence1\tsentence2\n0\t31\t31\t"
                             "slate\t(\t(\t(\t(\tTest premise.\tTest hypo.\n",
+        "test_mismatched.tsv": "index\tpromptID\tpairID\tgenre\ts1bp\t"
+                               "s2bp\ts1p\ts2p\tsentence1\tsentence2\n0\t9\t"
+                               "9\tletters\t(\t(\t(\t(\tMismatched test."
+                               "\tIts hypothesis.\n",
     },
     "MRPC": {
         "train.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
@@ -67,6 +71,14 @@ FILES = {
                         "1\t1\tslate\tneutral\n"
                         "zh\tcontradiction\t(\t(\t(\t(\t他说，妈妈，我回来了。\t"
                         "他没说一句话。\t1\t1\tfacetoface\tcontradiction\n",
+        "xnli.test.tsv": "language\tgold_label\tsentence1_binary_parse\t"
+                         "sentence2_binary_parse\tsentence1_parse\t"
+                         "sentence2_parse\tsentence1\tsentence2\tpromptID\t"
+                         "pairID\tgenre\tlabel1\n"
+                         "zh\tentailment\t(\t(\t(\t(\t测试前提。\t测试假设。\t"
+                         "2\t2\tslate\tentailment\n"
+                         "de\tneutral\t(\t(\t(\t(\tEin Test.\tZwei.\t"
+                         "3\t3\tslate\tneutral\n",
     },
     "SST-2": {
         "train.tsv": f"sentence\tlabel\nhide new secretions {Q} \t0\n"
@@ -89,14 +101,16 @@ FILES = {
                      "entailment\n",
         "dev.tsv": "index\tquestion\tsentence\tlabel\n0\tWho?\tNobody knows.\t"
                    "not_entailment\n",
-        "test.tsv": "index\tquestion\tsentence\n0\tWhat?\tThis.\n",
+        "test.tsv": "index\tquestion\tsentence\n0\tWhat?\tThis.\n"
+                    "1\tWhere?\tThere.\n",
     },
     "RTE": {
         "train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tNo Weapons.\t"
                      "Weapons found.\tnot_entailment\n",
         "dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tA dog.\tAn animal.\t"
                    "entailment\n",
-        "test.tsv": "index\tsentence1\tsentence2\n0\tMaude.\tMaude sang.\n",
+        "test.tsv": "index\tsentence1\tsentence2\n0\tRTE test.\tIts "
+                    "hypothesis.\n",
     },
     "WNLI": {
         "train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tI stuck a pin.\t"
@@ -160,6 +174,22 @@ EXPECTED = {
     ("STS-B", "train"): [(f"A plane is taking off {Q}now{Q}.",
                           "An air plane is taking off.", "5.000")],
     ("STS-B", "test"): [("A girl styles.", "A girl brushes.", None)],
+    # The twelve layouts the first version of this table left out.
+    ("MNLI-MM", "train"): [(f"Conceptually cream {Q}skimming{Q}.",
+                            "Product and geography.", "neutral")],
+    ("MNLI-MM", "test"): [("Mismatched test.", "Its hypothesis.", None)],
+    # Only the --xnli_language rows (zh by default), as the original.
+    ("XNLI", "test"): [("测试前提。", "测试假设。", None)],
+    ("SST-2", "dev"): [("it 's a charming journey . ", None, "1")],
+    ("QQP", "dev"): [("Why are slugs?", "Why are snails?", "0")],
+    ("QNLI", "train"): [("When?", "In 1990.", "entailment")],
+    ("QNLI", "test"): [("What?", "This.", None), ("Where?", "There.", None)],
+    ("RTE", "dev"): [("A dog.", "An animal.", "entailment")],
+    ("RTE", "test"): [("RTE test.", "Its hypothesis.", None)],
+    ("WNLI", "train"): [("I stuck a pin.", "The pin had a hole.", "1")],
+    ("WNLI", "dev"): [("The drain is clogged.", "The hair is clogged.", "0")],
+    ("STS-B", "dev"): [("A man with a hat.", "A man wearing a hat.",
+                        "3.800")],
 }
 
 
@@ -180,6 +210,13 @@ def test_reads_each_download_layout(tmp_path, task_name, split):
   # MRPC's files start with a byte-order mark in the header only.
   assert got == EXPECTED[(task_name, split)]
   assert all(":" in e.where for e in examples)
+
+
+def test_every_task_and_split_has_a_layout_case():
+  # 11 tasks x train/dev/test: a layout without a case here is unchecked.
+  assert sorted(EXPECTED) == sorted(
+      (name, split) for name in glue.TASKS for split in ("train", "dev",
+                                                         "test"))
 
 
 def test_task_names_labels_and_metrics():

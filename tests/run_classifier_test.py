@@ -112,6 +112,26 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
   out_probs = served.signatures["serving_default"](
       text=tf.constant([s for s, _ in rows["test"]]))["probabilities"]
   np.testing.assert_allclose(out_probs.numpy(), probabilities, atol=1e-5)
+  # eval_results.txt against the dev metrics computed here from the served
+  # model's probabilities with the textbook formulas (not the program's
+  # classifier_metrics): accuracy, F1 of the second label, Matthews.
+  dev_probs = served.signatures["serving_default"](
+      text=tf.constant([s for s, _ in rows["dev"]]))["probabilities"].numpy()
+  pred = dev_probs.argmax(1)
+  gold = np.array([["c_api", "whatsnew"].index(label)
+                   for _, label in rows["dev"]])
+  tp = float(((pred == 1) & (gold == 1)).sum())
+  tn = float(((pred == 0) & (gold == 0)).sum())
+  fp = float(((pred == 1) & (gold == 0)).sum())
+  fn = float(((pred == 0) & (gold == 1)).sum())
+  assert 0 < tp + fp < len(gold)  # both labels predicted: F1 and MCC mean
+  by_hand = {
+      "eval_accuracy": (tp + tn) / len(gold),
+      "eval_f1": 2 * tp / (2 * tp + fp + fn),
+      "eval_matthews_corrcoef": (tp * tn - fp * fn) / np.sqrt(
+          (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))}
+  for key, value in by_hand.items():
+    assert second[key] == pytest.approx(value, abs=1e-6), key
 
 
 @pytest.mark.parametrize("files, match", [

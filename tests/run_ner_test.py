@@ -97,12 +97,18 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
     assert [r[0] for r in rows] == list(sentence.words)
     assert [r[1] for r in rows] == list(sentence.tags)
     predicted.append([r[2] for r in rows])
-  # eval_results.txt (dev = test here) is the entity metric of those tags.
+  # eval_results.txt (dev = test here) is the entity metric of those tags,
+  # as seqeval (conlleval's reference in Python) computes it, not as the
+  # program's own ner.entity_metrics does.
+  from seqeval import metrics as seqeval_metrics  # pylint: disable=g-import-not-at-top
   with open(out_dir / "eval_results.txt") as f:
     results = {k: float(v) for k, v in (line.split(" = ") for line in f)}
-  expected = ner.entity_metrics([s.tags for s in sentences], predicted)
+  gold = [list(s.tags) for s in sentences]
+  expected = {name: getattr(seqeval_metrics, f"{name}_score")(gold, predicted)
+              for name in ("f1", "precision", "recall", "accuracy")}
   for key in ("f1", "precision", "recall", "accuracy"):
     assert results[f"eval_{key}"] == pytest.approx(expected[key]), key
+  _assert_tags_of_the_checkpoint(config, out_dir, sentences, predicted)
   assert {"eval_loss", "loss", "global_step"} <= set(results)
   assert results["global_step"] == steps
   # Varied predicted tags (not all "O"), so the comparison below means
@@ -125,6 +131,47 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
     starts, ends = out["start_char"][i].numpy(), out["end_char"][i].numpy()
     assert [text[s:e] for s, e in zip(starts[:n], ends[:n])] == list(
         sentences[i].words)
+
+
+def _assert_tags_of_the_checkpoint(config, out_dir, sentences, predicted):
+  """The file's tags equal tags computed here without run_ner's packer or
+  decoder: the latest checkpoint in a Keras BertTokenClassifier, each
+  sentence that fits one window packed by hand from the original's Python
+  tokenizer as [CLS] pieces [SEP], each word tagged at its first piece."""
+  import json  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+  with open(out_dir / "label_list.json", encoding="utf-8") as f:
+    labels = json.load(f)
+  model = finetuning_models.BertTokenClassifier.from_bert_config(
+      configs.BertConfig.from_json_file(str(config)), len(labels))
+  seq = 16  # --max_seq_length
+  zeros = np.zeros((1, seq), np.int32)
+  model({"input_word_ids": zeros, "input_mask": zeros + 1,
+         "input_type_ids": zeros}, training=False)
+  tf.train.Checkpoint(model=model).read(
+      tf.train.latest_checkpoint(str(out_dir))).expect_partial()
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB, do_lower_case=True)
+  checked = 0
+  for sentence, tags in zip(sentences, predicted):
+    pieces, first = ["[CLS]"], []
+    for word in sentence.words:
+      first.append(len(pieces))
+      pieces.extend(tokenizer.tokenize(word))
+    pieces.append("[SEP]")
+    if len(pieces) > seq:
+      continue
+    ids, mask = zeros.copy(), zeros.copy()
+    ids[0, :len(pieces)] = tokenizer.convert_tokens_to_ids(pieces)
+    mask[0, :len(pieces)] = 1
+    logits = np.asarray(model({"input_word_ids": ids, "input_mask": mask,
+                               "input_type_ids": zeros}, training=False))
+    assert [labels[i] for i in logits[0, first].argmax(-1)] == list(tags)
+    checked += 1
+  assert checked >= 3, checked
 
 
 def test_a_line_without_tag_is_one_sentence_and_writes_nothing(tmp_path):

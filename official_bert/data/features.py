@@ -21,6 +21,7 @@ TensorFlow when called.
 """
 
 import dataclasses
+import os
 import struct
 
 import google_crc32c
@@ -240,22 +241,66 @@ def compression_of(path):
     return "GZIP" if f.read(2) == b"\x1f\x8b" else ""
 
 
-def check_record_lengths(path, max_seq_length, max_predictions_per_seq):
-  """Checks the first record of a TFRecord file against the flags.
+def check_framing(path):
+  """Walks an uncompressed local TFRecord file's frames (headers only).
 
-  Reads one record (GZIP or not, detected from the file) and compares every
-  feature's length with what `max_seq_length` and `max_predictions_per_seq`
-  imply, so a trainer fails at start-up with a clear sentence rather than
-  deep inside tf.data.
+  TensorFlow's reader takes a file cut inside a record's 12-byte header for
+  a shorter, valid file and trains on; this finds the cut. It reads 12 bytes
+  a record (checking the length's checksum) and seeks past the data;
+  GZIP files are skipped (their reader reports a cut itself), as are remote
+  paths.
+
+  Raises:
+    ValueError: one sentence naming the file and where its framing ends.
+  """
+  if "://" in path or compression_of(path):
+    return
+  size = os.path.getsize(path)
+  at = 0
+  with open(path, "rb", buffering=1 << 16) as f:
+    while at < size:
+      header = f.read(12)
+      if len(header) < 12:
+        break
+      crc = google_crc32c.value(header[:8])
+      masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+      if masked != int.from_bytes(header[8:], "little"):
+        raise ValueError(
+            f"TFRecord file {path} is corrupt: the record header at byte {at} "
+            "fails its checksum; regenerate it with create_pretraining_data.py "
+            "or copy it again.")
+      end = at + 16 + int.from_bytes(header[:8], "little")
+      if end > size:
+        break
+      at = end
+      f.seek(at)
+  if at != size:
+    raise ValueError(
+        f"TFRecord file {path} is cut short: it ends {size - at} bytes into "
+        f"the record at byte {at} (copied or written only in part?); "
+        "regenerate it with create_pretraining_data.py or copy it again.")
+
+
+def check_record_lengths(path, max_seq_length, max_predictions_per_seq,
+                         vocab_size=None, num_records=100):
+  """Checks the first records of a TFRecord file against the flags.
+
+  Reads `num_records` records (GZIP or not, detected from the file) and
+  compares every feature's length with what `max_seq_length` and
+  `max_predictions_per_seq` imply, and (given `vocab_size`) every token id
+  with the model's vocabulary, so a trainer fails at start-up with a clear
+  sentence rather than deep inside tf.data (a vocabulary/config mismatch
+  shows in the first records).
 
   Raises:
     ValueError: one sentence naming the file, the feature, the found and the
-      expected length (or the missing feature, or an empty/unreadable file).
+      expected length (or the missing feature, an id out of the vocabulary,
+      or an empty/unreadable file).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     records = tf.data.TFRecordDataset(
-        path, compression_type=compression_of(path)).take(1)
+        path, compression_type=compression_of(path)).take(num_records)
     first = [r.numpy() for r in records]
   except (tf.errors.OpError, OSError) as e:
     raise ValueError(f"Cannot read TFRecord file {path} ({type(e).__name__}); "
@@ -278,3 +323,15 @@ def check_record_lengths(path, max_seq_length, max_predictions_per_seq):
           f"TFRecord file {path}: feature {name} has length {len(values)}, "
           f"expected {expected[name]} from {flag}; set {flag} to match the "
           "data or regenerate the data with these flags.")
+  if vocab_size is None:
+    return
+  largest = max(
+      max(tf.train.Example.FromString(record).features.feature[name]
+          .int64_list.value, default=0)
+      for record in first for name in ("input_ids", "masked_lm_ids"))
+  if largest >= vocab_size:
+    raise ValueError(
+        f"TFRecord file {path} holds token id {largest}, but the model's "
+        f"vocab_size is {vocab_size}: the records were written with another "
+        "vocab.txt; regenerate them with the model's vocab.txt or pass the "
+        "bert_config.json of their vocabulary.")

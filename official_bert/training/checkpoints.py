@@ -110,11 +110,38 @@ class TrainingCheckpoints:
 
   def restore_latest(self):
     """Restores the latest checkpoint (every object must match); its prefix
-    or None when output_dir holds none."""
+    or None when output_dir holds none.
+
+    A checkpoint whose files are cut short or damaged (a copy or a disk
+    that failed; TensorFlow's reader raises IndexError "Read less bytes than
+    requested" or DataLossError) is passed over for the newest older one
+    that reads, with a line saying so; when none reads, one sentence.
+    """
     latest = self.latest()
-    if latest:
-      self.checkpoint.read(latest).assert_existing_objects_matched()
-    return latest
+    if not latest:
+      return None
+    older = [p for p in reversed(self.manager.checkpoints) if p != latest]
+    unreadable = []
+    for prefix in [latest] + older:
+      try:
+        status = self.checkpoint.read(prefix)
+      except (IndexError, tf.errors.DataLossError,
+              tf.errors.OutOfRangeError) as e:
+        unreadable.append(f"{os.path.basename(prefix)}: "
+                          f"{str(e).splitlines()[0][:60]}")
+        continue
+      status.assert_existing_objects_matched()
+      if unreadable:
+        print(f"Warning: checkpoint {', '.join(unreadable)} in "
+              f"{self.output_dir} is truncated or corrupt; resuming from "
+              f"{os.path.basename(prefix)}, the newest that reads (the "
+              "damaged one is overwritten when training passes its step).",
+              flush=True)
+      return prefix
+    raise cli.Error(
+        f"Every checkpoint in --output_dir {self.output_dir} is truncated or "
+        f"corrupt ({'; '.join(unreadable)}); pass a new --output_dir, or "
+        "delete the ckpt-* files and the 'checkpoint' file to start over.")
 
   def save(self, step):
     """Writes `ckpt-<step>` (on every worker: the save is collective)."""

@@ -29,8 +29,10 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored",
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
-def get_strategy(name="default", num_gpus=None, tpu=None):
-  """The tf.distribute strategy called `name` (see the module docstring)."""
+def get_strategy(name="default", num_gpus=None, tpu=None,
+                 tpu_resolver_args=None):
+  """The tf.distribute strategy called `name` (see the module docstring);
+  `tpu_resolver_args`: the TPU's `zone` and `project`, if given."""
   if name not in STRATEGIES:
     raise ValueError(f"--distribution_strategy must be one of {STRATEGIES}, "
                      f"got {name!r}")
@@ -63,9 +65,19 @@ def get_strategy(name="default", num_gpus=None, tpu=None):
   if not tpu:
     raise ValueError("--distribution_strategy=tpu needs --tpu (the TPU name "
                      "or grpc:// address).")
-  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-  tf.config.experimental_connect_to_cluster(resolver)
-  tf.tpu.experimental.initialize_tpu_system(resolver)
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=tpu, **(tpu_resolver_args or {}))
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+  except (ValueError, OSError, RuntimeError, tf.errors.OpError) as e:
+    # urllib's URLError (no GCE metadata server) is an OSError.
+    reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+    raise ValueError(
+        f"No TPU can be reached as --tpu {tpu} ({type(e).__name__}: "
+        f"{reason}); run on a Cloud TPU VM (--tpu=local) or give the TPU's "
+        "name, zone and project, or drop --use_tpu/--distribution_strategy="
+        "tpu to run on this machine.") from None
   return tf.distribute.TPUStrategy(resolver)
 
 

@@ -2,7 +2,8 @@
 
     files = input_pipeline.resolve_input_files("out/*.tfrecord,more.tfrecord")
     input_pipeline.check_input_files(files, max_seq_length=128,
-                                     max_predictions_per_seq=20)
+                                     max_predictions_per_seq=20,
+                                     vocab_size=30522)
     dataset_fn = input_pipeline.pretraining_dataset_fn(
         files, global_batch_size=256, max_seq_length=128,
         max_predictions_per_seq=20, is_training=True, seed=12345)
@@ -43,10 +44,15 @@ def resolve_input_files(patterns):
   return sorted(set(files))
 
 
-def check_input_files(files, max_seq_length, max_predictions_per_seq):
-  """Fails with one sentence when a file's lengths disagree with the flags."""
+def check_input_files(files, max_seq_length, max_predictions_per_seq,
+                      vocab_size=None):
+  """Fails with one sentence when a file is cut short or corrupt in its
+  framing, or its first records' lengths or token ids disagree with the
+  flags and the model's `vocab_size`."""
   for path in files:
-    features.check_record_lengths(path, max_seq_length, max_predictions_per_seq)
+    features.check_framing(path)
+    features.check_record_lengths(path, max_seq_length, max_predictions_per_seq,
+                                  vocab_size=vocab_size)
 
 
 def _decode(record, spec):
