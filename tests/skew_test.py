@@ -158,7 +158,11 @@ SQUAD_CASES = [
 ]
 
 
-def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path):
+@pytest.mark.parametrize("max_answer_length", [30, 2])
+def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path,
+                                                  max_answer_length):
+  """Long contexts (several windows, the max-context rule), and with
+  max_answer_length=2 answers at the length limit."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from export import squad_serving  # pylint: disable=g-import-not-at-top
@@ -182,10 +186,11 @@ def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path):
   predictions, _, _ = squad.postprocess(
       examples, features, np.asarray(logits["start_logits"]).tolist(),
       np.asarray(logits["end_logits"]).tolist(), tokenizer.vocab,
-      n_best_size=20, max_answer_length=30)
+      n_best_size=20, max_answer_length=max_answer_length)
   squad_serving.export_squad_model(
       str(tmp_path / "squad"), model, testing.VOCAB, seq_length=seq,
-      doc_stride=stride, max_query_length=query)
+      doc_stride=stride, max_query_length=query,
+      max_answer_length=max_answer_length)
   out = _load(tmp_path / "squad" / "1")(
       question=tf.constant([q for q, _ in SQUAD_CASES]),
       context=tf.constant([c for _, c in SQUAD_CASES]))
@@ -200,4 +205,7 @@ def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path):
     words = re.split("[ \t\r\n\u202f]+", context[start:end].strip())
     assert " ".join(words) == answer, (i, start, end)
     checked_non_ascii += not answer.isascii()
-  assert checked_non_ascii >= 2, predictions
+  assert checked_non_ascii >= (2 if max_answer_length > 2 else 1), predictions
+  if max_answer_length == 2:  # spans at the limit were chosen
+    pieces = tokenizer.tokenize(tf.constant(list(predictions.values())))
+    assert 2 in pieces.row_lengths().numpy().tolist()
