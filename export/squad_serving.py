@@ -24,11 +24,13 @@ most max_answer_length pieces; the best start + end logit wins.
 
 Limits (tested against predictions.json on SQuAD v2.0 sample questions):
 - The answer is cut from the context by the pieces' byte offsets, where
-  run_squad maps the pieces' text back with get_final_text. They agree
-  except where get_final_text falls back to whole words: a span starting at
-  the second of two identical basic tokens in one word ("ma-Ma"), a basic
-  token that normalises to a different length (e.g. a word in NFD form) or
-  to [UNK] (the served answer then spans that whole basic token).
+  run_squad maps the pieces' text back with get_final_text. A span holding
+  an [UNK] piece (a character missing from the vocab: common in CJK text)
+  is its whole words in both, as get_final_text falls back to them. They
+  differ where get_final_text falls back for another reason: a span
+  starting at the second of two identical basic tokens in one word
+  ("ma-Ma"), or a basic token that normalises to a different length (e.g.
+  a word in NFD form).
 - Words are joined by one space, as run_squad's answers; other whitespace
   inside an answer is not kept. start_char/end_char still index the context.
 - With no valid span (an empty context) the answer is "" (run_squad writes
@@ -199,6 +201,20 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
     first_word = tf.gather(tf.concat([piece_word, pad], 0), start_piece)
     last_word = tf.where(
         has_span, tf.gather(tf.concat([piece_word, pad], 0), end_piece), -1)
+    # A span holding an [UNK] piece is its whole words, as run_squad's
+    # get_final_text gives it (the original cannot find "[UNK]" in the
+    # context's basic tokens and falls back to the words).
+    unk = tf.cast(tf.equal(doc.flat_values, tokenizer.unk_id), tf.int64)
+    unk_before = tf.concat([pad, tf.cumsum(unk)], 0)               # [Nt + 1]
+    whole_words = has_span & (
+        tf.gather(unk_before, tf.minimum(end_piece + 1, total_pieces))
+        > tf.gather(unk_before, start_piece))
+    word_starts = tf.concat([pieces["word_start"].flat_values, pad], 0)
+    word_ends = tf.concat([pieces["word_end"].flat_values, pad], 0)
+    start_byte = tf.where(whole_words, tf.gather(word_starts, first_word),
+                          start_byte)
+    end_byte = tf.where(whole_words, tf.gather(
+        word_ends, tf.maximum(last_word, 0)), end_byte)
 
     # ---- the text: the spanned words, the first and last cut to the span
     # pieces, joined by single spaces (as run_squad's answers).
