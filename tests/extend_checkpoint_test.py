@@ -66,12 +66,14 @@ def _write_source(directory, seed=0):
   return directory
 
 
-def _load(directory, use_next_sentence=True):
+def _load(path, use_next_sentence=True):
+  """The pretrainer of a checkpoint directory or prefix (its config beside)."""
+  directory = path if os.path.isdir(path) else os.path.dirname(path)
   config = configs.BertConfig.from_json_file(
       os.path.join(directory, "bert_config.json"))
   model = pretrainer.BertPretrainer.from_bert_config(
       config, use_next_sentence=use_next_sentence)
-  checkpoints.restore_model(model, directory)
+  checkpoints.restore_model(model, path)
   return model
 
 
@@ -338,3 +340,96 @@ def test_bad_input_is_one_sentence_last(source, words_file, tmp_path):
     testing.assert_one_sentence_last(proc.returncode, lines,
                                      "extend_checkpoint", expected)
     assert not os.path.exists(out), flags  # nothing half-written
+
+
+DOMAIN = [
+    ["The kinase makes atp in the cell.", "Glycolysis uses the enzyme.",
+     "Mitochondria make atp and nadh.", "The kinase is a protein."],
+    ["Glycolysis makes nadh in the cell.", "The enzyme kinase uses atp.",
+     "Mitochondria use nadh.", "The protein is in mitochondria."],
+    ["Atp is energy in the cell.", "The kinase uses the energy.",
+     "Glycolysis is in the cell.", "Nadh makes energy in mitochondria."],
+]
+
+
+def _domain_corpus(path, copies):
+  with open(path, "w") as f:
+    f.write("\n\n".join("\n".join(doc) for doc in DOMAIN * copies) + "\n")
+  return str(path)
+
+
+def _records(out_dir, corpus, vocab_file, seq, preds, dupe_factor=4):
+  path = os.path.join(out_dir, "domain.tfrecord")
+  testing.run_cli(["-m", "tfrecords.create_pretraining_data",
+                   f"--input_file={corpus}", f"--output_file={path}",
+                   f"--vocab_file={vocab_file}", f"--max_seq_length={seq}",
+                   f"--max_predictions_per_seq={preds}",
+                   f"--dupe_factor={dupe_factor}", "--masked_lm_prob=0.25",
+                   "--num_workers=0"])
+  return path
+
+
+def _mlm_loss_on(model, records, seq, preds, ids):
+  """Mean masked-LM cross-entropy over masked positions labelled `ids`."""
+  spec = testing.original_feature_spec(seq, preds)
+  total, count = 0.0, 0
+  for raw in tf.data.TFRecordDataset(records).batch(32):
+    ex = tf.io.parse_example(raw, spec)
+    x = {"input_word_ids": ex["input_ids"], "input_mask": ex["input_mask"],
+         "input_type_ids": ex["segment_ids"],
+         "masked_lm_positions": ex["masked_lm_positions"]}
+    x = {k: tf.cast(v, tf.int32) for k, v in x.items()}
+    logits = model(x, training=False)["mlm_logits"]
+    labels = ex["masked_lm_ids"].numpy()
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.cast(labels, tf.int32), logits).numpy()
+    keep = np.isin(labels, ids) & (ex["masked_lm_weights"].numpy() > 0)
+    total += ce[keep].sum()
+    count += keep.sum()
+  assert count >= 10, count
+  return total / count
+
+
+def test_continued_pretraining_moves_new_rows_and_lowers_their_loss(
+    extended, tmp_path):
+  out, _ = extended
+  with open(os.path.join(out, "extend_info.json")) as f:
+    new_ids = json.load(f)["new_word_ids"]
+  corpus = _domain_corpus(tmp_path / "domain.txt", copies=4)
+  seq, preds = 24, 4  # 24 > the old 16 positions: the copied rows are used
+  records = _records(str(tmp_path), corpus, os.path.join(out, "vocab.txt"),
+                     seq, preds)
+  with open(os.path.join(out, "vocab.txt")) as f:
+    vocab = f.read().splitlines()
+  tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"))
+  ids = tokenizer.tokenize(tf.constant(["kinase atp"])).to_list()[0]
+  assert [vocab[i] for i in ids] == ["kinase", "atp"]  # new ids in the data
+  train = tmp_path / "train"
+  testing.run_cli([
+      "-m", "official_bert.run_pretraining", f"--input_file={records}",
+      f"--output_dir={train}", f"--init_checkpoint={out}",
+      f"--bert_config_file={out}/bert_config.json", "--do_train",
+      f"--max_seq_length={seq}", f"--max_predictions_per_seq={preds}",
+      "--train_batch_size=8", "--num_train_steps=40", "--num_warmup_steps=0",
+      "--learning_rate=2e-3", "--steps_per_loop=10",
+      "--save_checkpoints_steps=20", "--weight_decay=0",
+      "--freeze_old_embeddings_steps=20"])
+  before = _load(out)
+  during = _load(str(train / "ckpt-20"))
+  after = _load(str(train / "ckpt-40"))
+
+  def rows(model):
+    return (model.encoder.embeddings.word_embeddings.embeddings.numpy(),
+            model.cls_predictions.output_bias.numpy())
+
+  old = [i for i in range(len(vocab)) if i not in new_ids]
+  for b, d, a in zip(rows(before), rows(during), rows(after)):
+    # Frozen for 20 steps: old rows exact (no weight decay here), new moved.
+    np.testing.assert_array_equal(d[old], b[old])
+    assert np.abs(d[new_ids] - b[new_ids]).max() > 1e-3
+    assert np.abs(a[old] - d[old]).max() > 1e-4  # unfrozen after step 20
+  loss_before = _mlm_loss_on(before, records, seq, preds, new_ids)
+  loss_after = _mlm_loss_on(after, records, seq, preds, new_ids)
+  print(f"masked-LM loss on the new words: {loss_before:.3f} -> "
+        f"{loss_after:.3f}")
+  assert loss_after < loss_before - 0.5
