@@ -326,9 +326,11 @@ def main(argv):
            f"{len(plan.known)} already in the vocabulary and "
            f"{len(plan.not_one_word)} that are not one word"
            if plan else "no new words")
-  print(f"extend_checkpoint: {words}; positions "
-        f"{config.max_position_embeddings} -> "
-        f"{new_config.max_position_embeddings} (periodic copy); heads: "
+  rows = (f"{config.max_position_embeddings} -> "
+          f"{new_config.max_position_embeddings} (periodic copy)"
+          if new_config.max_position_embeddings > config.max_position_embeddings
+          else f"{config.max_position_embeddings} (unchanged)")
+  print(f"extend_checkpoint: {words}; positions {rows}; heads: "
         f"{', '.join(heads) or 'none (encoder only)'} -> {output} in "
         f"{time.time() - start:.1f} s", flush=True)
 

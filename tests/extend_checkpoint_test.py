@@ -433,3 +433,69 @@ def test_continued_pretraining_moves_new_rows_and_lowers_their_loss(
   print(f"masked-LM loss on the new words: {loss_before:.3f} -> "
         f"{loss_after:.3f}")
   assert loss_after < loss_before - 0.5
+
+
+@pytest.mark.slow
+def test_converted_hugging_face_bert_survives_the_recipe(tmp_path):
+  """Hugging Face BertForPreTraining (random) -> convert_checkpoint ->
+  extend_checkpoint (words learned from a domain corpus, 2x positions) ->
+  create_pretraining_data -> run_pretraining -> run_classifier, shortened."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  config = testing.tiny_config()
+  torch.manual_seed(0)
+  hf = transformers.BertForPreTraining(
+      transformers.BertConfig(**config.to_dict())).eval()
+  hf.save_pretrained(str(tmp_path / "hf"))
+  with open(tmp_path / "hf" / "vocab.txt", "w") as f:
+    f.write("\n".join(_vocab()) + "\n")
+  testing.run_cli(["-m", "official_bert.convert_checkpoint",
+                   f"--source={tmp_path / 'hf'}",
+                   f"--output_dir={tmp_path / 'converted'}"])
+  corpus = _domain_corpus(tmp_path / "domain.txt", copies=4)
+  ext = tmp_path / "extended"
+  proc = _extend(tmp_path / "converted", ext, f"--domain_corpus={corpus}",
+                 "--max_new_words=4", "--max_position_embeddings=32")
+  # The learner keeps the five domain words the tiny vocabulary lacks; the
+  # four saving the most WordPieces are added.
+  assert "learned 5 whole words the vocabulary lacks" in proc.stdout and (
+      "added 4 words (3 into [unused] slots, 1 appended), vocab_size 99 -> "
+      "100") in proc.stdout, proc.stdout
+  with open(ext / "extend_info.json") as f:
+    info = json.load(f)
+  assert set(info["new_words"]) < {"kinase", "glycolysis", "mitochondria",
+                                   "atp", "nadh"}, info["new_words"]
+  # The extended encoder gives the converted one's outputs on old text.
+  old, new = _load(str(tmp_path / "converted")), _load(str(ext))
+  x = _old_text_inputs(16, taken=info["new_word_ids"])
+  np.testing.assert_allclose(
+      new(x, training=False)["next_sentence_logits"],
+      old(x, training=False)["next_sentence_logits"], atol=1e-6)
+
+  records = _records(str(tmp_path), corpus, str(ext / "vocab.txt"), 24, 4,
+                     dupe_factor=1)
+  testing.run_cli([
+      "-m", "official_bert.run_pretraining", f"--input_file={records}",
+      f"--output_dir={tmp_path / 'pretrained'}", f"--init_checkpoint={ext}",
+      f"--bert_config_file={ext / 'bert_config.json'}", "--do_train",
+      "--do_eval", "--max_seq_length=24", "--max_predictions_per_seq=4",
+      "--train_batch_size=4", "--num_train_steps=3", "--num_warmup_steps=1",
+      "--learning_rate=2e-5", "--steps_per_loop=3", "--max_eval_steps=2",
+      "--freeze_old_embeddings_steps=2"])
+  task = tmp_path / "task"
+  task.mkdir()
+  rows = "text,label\n" + "".join(
+      f"{sentence},{'bio' if i % 2 else 'other'}\n"
+      for i, sentence in enumerate(sum(DOMAIN, [])) if "," not in sentence)
+  for split in ("train", "dev", "test"):
+    (task / f"{split}.csv").write_text(rows)
+  proc = testing.run_cli([
+      "-m", "official_bert.run_classifier", f"--task_data_dir={task}",
+      "--text_column=text", "--label_column=label",
+      f"--bert_config_file={ext / 'bert_config.json'}",
+      f"--vocab_file={ext / 'vocab.txt'}",
+      f"--init_checkpoint={tmp_path / 'pretrained'}", "--do_train",
+      "--do_eval", "--max_seq_length=32", "--train_batch_size=4",
+      "--learning_rate=1e-4", "--num_train_epochs=1",
+      f"--output_dir={tmp_path / 'classifier'}"], merge_stderr=True)
+  assert "eval_accuracy" in proc.stdout, proc.stdout[-2000:]
