@@ -499,3 +499,26 @@ def test_converted_hugging_face_bert_survives_the_recipe(tmp_path):
       "--learning_rate=1e-4", "--num_train_epochs=1",
       f"--output_dir={tmp_path / 'classifier'}"], merge_stderr=True)
   assert "eval_accuracy" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_freezing_without_extend_info_is_one_sentence(source, tmp_path):
+  """run_pretraining --freeze_old_embeddings_steps needs the new word ids:
+  an --init_checkpoint without extend_info.json is refused before training."""
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  records = tmp_path / "d.tfrecord"
+  input_pipeline_test.write_records(
+      records, input_pipeline_test.make_instances(4, seed=1))
+  seq, preds = input_pipeline_test.SEQ, input_pipeline_test.PREDS
+  proc = testing.run_cli([
+      "-m", "official_bert.run_pretraining", f"--input_file={records}",
+      f"--output_dir={tmp_path / 'out'}", f"--init_checkpoint={source}",
+      f"--bert_config_file={source}/bert_config.json", "--do_train",
+      f"--max_seq_length={seq}", f"--max_predictions_per_seq={preds}",
+      "--train_batch_size=2", "--num_train_steps=2",
+      "--freeze_old_embeddings_steps=1"], check=False, merge_stderr=True)
+  lines = [l for l in proc.stdout.splitlines() if l.strip()]
+  testing.assert_one_sentence_last(
+      proc.returncode, lines, "run_pretraining",
+      f"--freeze_old_embeddings_steps=1: {source}/extend_info.json does not "
+      "exist; pass as --init_checkpoint the output_dir of extend_checkpoint")
+  assert not os.path.exists(tmp_path / "out" / "ckpt-2.index")
