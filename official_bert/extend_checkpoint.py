@@ -34,6 +34,7 @@ import time
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from official_bert import cli
 
@@ -186,8 +187,7 @@ def _arrays(model, heads):
   arrays = {}
   for name, (variable, transpose) in checkpoint_names.original_names(
       model).items():
-    if name.startswith("bert/") or name.split("/")[0] + "/" + name.split(
-        "/")[1] in heads:
+    if name.startswith("bert/") or "/".join(name.split("/")[:2]) in heads:
       value = np.asarray(variable.numpy())
       arrays[name] = value.T if transpose else value
   return arrays
@@ -205,8 +205,17 @@ def learned_words(files, tokenizer, vocab_size):
       lines.extend(line.strip() for line in f if line.strip())
   if not lines:
     raise ValueError(f"--domain_corpus={FLAGS.domain_corpus} holds no text")
-  counts = learn_vocab.count_words(lines, tokenizer.do_lower_case)
-  learned = learn_vocab.learn_vocab(counts, vocab_size, num_unused=0)
+  logging.info("splitting %d lines of --domain_corpus into words", len(lines))
+  counts = learn_vocab.count_words(
+      lines, tokenizer.do_lower_case,
+      lambda done: logging.info("split %d/%d lines", done, len(lines)))
+  logging.info("%d distinct words; learning a %d-token WordPiece vocabulary",
+               len(counts), vocab_size)
+  learned = learn_vocab.learn_vocab(
+      counts, vocab_size, num_unused=0,
+      progress=lambda step, threshold, size, seconds: logging.info(
+          "learning step %d: minimum count %d -> %d tokens (%.1f s)", step,
+          threshold, size, seconds))
   old = set(tokenizer.vocab)
   candidates = [t for t in learned if t in counts and t not in old and
                 not extension.UNUSED.match(t) and len(t) > 1]
@@ -222,6 +231,11 @@ def main(argv):
   del argv
   start = time.time()
   _check_flags()
+  logging.info("extend_checkpoint flags: %s", json.dumps(
+      {name: FLAGS[name].value for name in (
+          "init_checkpoint", "bert_config_file", "vocab_file",
+          "do_lower_case", "new_words_file", "domain_corpus", "max_new_words",
+          "max_position_embeddings", "output_dir")}, sort_keys=True))
   cli.start_tensorflow()  # without its start-up lines
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from export import saved_model_io  # pylint: disable=g-import-not-at-top
