@@ -522,3 +522,46 @@ def test_freezing_without_extend_info_is_one_sentence(source, tmp_path):
       f"--freeze_old_embeddings_steps=1: {source}/extend_info.json does not "
       "exist; pass as --init_checkpoint the output_dir of extend_checkpoint")
   assert not os.path.exists(tmp_path / "out" / "ckpt-2.index")
+
+
+def test_1024_token_input_through_a_model_extended_from_512():
+  """The issue's sizes: a tiny model with 512 positions extended to 1024 (the
+  library the CLI runs); one 1024-token input. Its first 512 outputs against
+  the old model's on those 512 tokens: equal when the second half repeats
+  the first, and the measured difference for another second half."""
+  from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  keras.utils.set_random_seed(5)
+  config = testing.tiny_config(max_position_embeddings=512)
+  old = pretrainer.BertPretrainer.from_bert_config(config)
+  table = checkpoint_names.original_names(old)
+  arrays = {name: v.numpy().T if t else v.numpy()
+            for name, (v, t) in table.items()}
+  new = pretrainer.BertPretrainer.from_bert_config(
+      config.replace(max_position_embeddings=1024))
+  checkpoint_names.assign_original(
+      new, extension.extend_arrays(arrays, max_position_embeddings=1024))
+  rng = np.random.default_rng(0)
+  first = rng.integers(5, testing.VOCAB_SIZE, (1, 512)).astype(np.int32)
+  second = rng.integers(5, testing.VOCAB_SIZE, (1, 512)).astype(np.int32)
+
+  def encode(model, ids):
+    return np.asarray(model.encoder(
+        {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+         "input_type_ids": np.zeros_like(ids)},
+        training=False)["sequence_output"])
+
+  reference = encode(old, first)
+  repeated = encode(new, np.concatenate([first, first], 1))
+  other = encode(new, np.concatenate([first, second], 1))
+  assert repeated.shape == other.shape == (1, 1024, testing.HIDDEN)
+  np.testing.assert_allclose(encode(new, first), reference, atol=1e-6)
+  same = float(np.abs(repeated[:, :512] - reference).max())
+  moved = np.abs(other[:, :512] - reference)
+  print(f"1024 tokens through 512 -> 1024 positions: first 512 outputs vs "
+        f"the old model on 512 (mean |output| "
+        f"{float(np.abs(reference).mean()):.3f}): {same:.1e} with the input "
+        f"repeated; another second half: max {float(moved.max()):.3f}, mean "
+        f"{float(moved.mean()):.4f}")
+  assert same < 1e-5
+  assert float(moved.mean()) < 0.1 * float(np.abs(reference).mean())
