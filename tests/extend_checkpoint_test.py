@@ -465,6 +465,23 @@ def test_converted_hugging_face_bert_survives_the_recipe(tmp_path):
     info = json.load(f)
   assert set(info["new_words"]) < {"kinase", "glycolysis", "mitochondria",
                                    "atp", "nadh"}, info["new_words"]
+  # The Hugging Face directory itself extends to the very same checkpoint.
+  words = tmp_path / "words.txt"
+  words.write_text("\n".join(info["new_words"]) + "\n")
+  _extend(tmp_path / "hf", tmp_path / "extended_hf",
+          f"--new_words_file={words}", "--max_position_embeddings=32")
+  names = [n for n, _ in tf.train.list_variables(str(ext / "bert_model.ckpt"))
+           if n.startswith("model/")]
+  assert names == [n for n, _ in tf.train.list_variables(
+      str(tmp_path / "extended_hf" / "bert_model.ckpt"))
+                   if n.startswith("model/")]
+  for name in names:
+    np.testing.assert_array_equal(
+        tf.train.load_variable(str(ext / "bert_model.ckpt"), name),
+        tf.train.load_variable(
+            str(tmp_path / "extended_hf" / "bert_model.ckpt"), name), name)
+  assert (ext / "vocab.txt").read_text() == (
+      tmp_path / "extended_hf" / "vocab.txt").read_text()
   # The extended encoder gives the converted one's outputs on old text.
   old, new = _load(str(tmp_path / "converted")), _load(str(ext))
   x = _old_text_inputs(16, taken=info["new_word_ids"])
