@@ -76,13 +76,18 @@ def _check_flags():
       raise app.UsageError(f"--{name} is required.")
   if cli.blocked_by(FLAGS.init_checkpoint):
     raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
-  if (not os.path.exists(FLAGS.init_checkpoint) and
+  if ("://" not in FLAGS.init_checkpoint and
+      not os.path.exists(FLAGS.init_checkpoint) and
       not glob.glob(FLAGS.init_checkpoint + ".*")):
     raise cli.missing("init_checkpoint", FLAGS.init_checkpoint)
   for name in ("bert_config_file", "vocab_file"):
     if getattr(FLAGS, name):
       cli.check_input_file(name, getattr(FLAGS, name))
   output = FLAGS.output_dir
+  if "://" in output:
+    raise app.UsageError(f"--output_dir={output} must be a local directory "
+                         "(it is written through a temporary one, then "
+                         "renamed); copy it to remote storage afterwards.")
   if os.path.isdir(output) and os.listdir(output):
     raise app.UsageError(f"--output_dir={output} is not empty; choose a new "
                          "directory (nothing is overwritten).")
