@@ -209,7 +209,9 @@ def learned_words(files, tokenizer, vocab_size):
     with open(path, encoding="utf-8", errors="ignore") as f:
       lines.extend(line.strip() for line in f if line.strip())
   if not lines:
-    raise ValueError(f"--domain_corpus={FLAGS.domain_corpus} holds no text")
+    raise cli.Error(f"--domain_corpus={FLAGS.domain_corpus} holds no text "
+                    "(only blank lines); pass domain text, one sentence per "
+                    "line.")
   logging.info("splitting %d lines of --domain_corpus into words", len(lines))
   counts = learn_vocab.count_words(
       lines, tokenizer.do_lower_case,

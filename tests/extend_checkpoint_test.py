@@ -310,8 +310,16 @@ def test_bad_input_is_one_sentence_last(source, words_file, tmp_path):
     os.symlink(os.path.join(source, name), small / name)
   (small / "vocab.txt").write_text(
       "\n".join(_vocab() + ["extra1", "extra2"]) + "\n")
+  binary = tmp_path / "words.bin"
+  binary.write_bytes(b"\x7fELF\x02\x01" + bytes(range(256)) * 8)
   out = str(tmp_path / "out")
   cases = [
+      ([f"--init_checkpoint={source}", f"--output_dir={out}",
+        f"--new_words_file={binary}"],
+       f"--new_words_file={binary} holds NUL bytes: it is not a text file"),
+      ([f"--init_checkpoint={source}", f"--output_dir={out}",
+        f"--domain_corpus={empty}"],
+       f"--domain_corpus={empty} holds no text (only blank lines)"),
       ([f"--init_checkpoint={tmp_path}/missing", f"--output_dir={out}",
         "--max_position_embeddings=32"],
        f"--init_checkpoint={tmp_path}/missing does not exist"),
