@@ -297,6 +297,7 @@ def test_double_length_input_first_half_is_close_to_the_old_output(
   assert continued < continued_interp and continued < scale
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_sentence_last(source, words_file, tmp_path):
   empty = tmp_path / "empty.txt"
   empty.write_text("\n  \n")
@@ -398,6 +399,7 @@ def _mlm_loss_on(model, records, seq, preds, ids):
   return total / count
 
 
+@pytest.mark.slow
 def test_continued_pretraining_moves_new_rows_and_lowers_their_loss(
     extended, tmp_path):
   out, _ = extended
@@ -526,6 +528,7 @@ def test_converted_hugging_face_bert_survives_the_recipe(tmp_path):
   assert "eval_accuracy" in proc.stdout, proc.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_freezing_without_extend_info_is_one_sentence(source, tmp_path):
   """run_pretraining --freeze_old_embeddings_steps needs the new word ids:
   an --init_checkpoint without extend_info.json is refused before training."""
