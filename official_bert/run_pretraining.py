@@ -103,6 +103,12 @@ flags.DEFINE_float("weight_decay", 0.01,
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
 flags.DEFINE_integer("seed", 12345,
                      "Seed of the weights, dropout and data order.")
+# ---- added: continued pretraining of an extend_checkpoint output
+flags.DEFINE_integer("freeze_old_embeddings_steps", 0,
+                     "With an --init_checkpoint written by extend_checkpoint: "
+                     "for this many steps only the new words' rows of the "
+                     "word embeddings and masked-LM bias get a gradient "
+                     "(the ids in its extend_info.json).")
 
 tpu_flags.define()
 
@@ -182,6 +188,24 @@ def _corrupt_data_sentence(error):
   return (f"--input_file={FLAGS.input_file} holds a {kind} TFRecord; "
           "regenerate it with create_pretraining_data (training stopped; "
           "the last checkpoint in --output_dir is kept).")
+
+
+def _freeze_old_embeddings(model):
+  """The trainer's gradient transform for --freeze_old_embeddings_steps
+  (None when 0): the new word ids come from extend_info.json beside
+  --init_checkpoint (docs/domain-adaptation.md)."""
+  steps = FLAGS.freeze_old_embeddings_steps
+  if steps <= 0:
+    return None
+  from official_bert.training import extension  # pylint: disable=g-import-not-at-top
+  try:
+    new_ids = extension.read_new_word_ids(FLAGS.init_checkpoint,
+                                          model.encoder.bert_config.vocab_size)
+  except ValueError as e:
+    raise app.UsageError(f"--freeze_old_embeddings_steps={steps}: {e}")
+  return extension.freeze_rows(
+      [model.encoder.embeddings.word_embeddings.embeddings,
+       model.cls_predictions.output_bias], new_ids, steps)
 
 
 def pretraining_eval_sums(labels, outputs):
@@ -295,7 +319,8 @@ def main(argv):
       jit_compile=FLAGS.jit_compile, keep_checkpoints=FLAGS.keep_checkpoint_max)
   trainer = trainer_lib.Trainer(
       strategy, model, optimizer, pretrainer.pretraining_losses, train_config,
-      metric_fn=pretrainer.pretraining_metric_counts)
+      metric_fn=pretrainer.pretraining_metric_counts,
+      transform_gradients=_freeze_old_embeddings(model))
 
   resuming = tf.train.latest_checkpoint(FLAGS.output_dir)
   if resuming:

@@ -99,6 +99,12 @@ BLOCKS = {
         "python -m tfrecords.create_pretraining_data "
         "--input_file=../shared/data/pydocs_corpus.txt \\": "pretraining",
     },
+    "docs/domain-adaptation.md": {
+        "python -m official_bert.extend_checkpoint "
+        "--init_checkpoint=uncased_L-12_H-768_A-12 \\": "domain adaptation",
+        "learned 1855 whole words the vocabulary lacks from 70216 lines of "
+        "--domain_corpus": "extend_checkpoint's output (checked)",
+    },
     "docs/fine-tuning.md": {
         "text,label": "my_task's CSV (the fixture's files)",
         "python -m official_bert.run_classifier --task_data_dir=my_task \\":
@@ -201,6 +207,11 @@ SUBSTITUTIONS = [
      "shortened: 4 pretraining steps"),
     (r"--steps_per_loop=100", "--steps_per_loop=2 --max_eval_steps=2",
      "shortened: 2 steps per loop, 2 eval steps"),
+    (r"--max_seq_length=1024", "--max_seq_length=128",
+     "shortened: 128-token sequences for the tiny model on 2 cores (the "
+     "2x-length input runs in tests/extend_checkpoint_test.py)"),
+    (r"--max_predictions_per_seq=150", "--max_predictions_per_seq=20",
+     "shortened: the predictions of 128-token sequences"),
     (r"--max_eval_sentences=600", "--max_eval_sentences=6 "
      "--max_train_sentences=24", "shortened: 24 train, 6 dev/test sentences"),
     (r"--out_dir=" + W + r"/out/pydocs_qa", "--out_dir=" + W +
@@ -1450,3 +1461,54 @@ def test_dask_summary_figures_are_what_the_job_gives(tmp_path):
                       r"next\))", proc.stdout).group(1)
   shown = _block("dask summary line (checked)")
   assert f"done: wrote {printed} to " in shown, (printed, shown)
+
+
+# ---- docs/domain-adaptation.md ----
+
+@pytest.mark.slow
+def test_domain_adaptation_block(world):
+  out = _run_sh("domain adaptation", world)
+  assert "extend_checkpoint: added " in out, out[-3000:]
+  info = _json(world / "out" / "bert_domain" / "extend_info.json")
+  assert (info["old_max_position_embeddings"],
+          info["max_position_embeddings"]) == (512, 1024)
+  results = _read_results(
+      world / "out" / "domain_pretraining" / "eval_results.txt")
+  assert results["global_step"] == "4"
+  assert "eval_accuracy" in _read_results(
+      world / "out" / "domain_task" / "eval_results.txt")
+
+
+@pytest.mark.slow
+def test_extend_checkpoint_output_block_is_what_the_program_prints(tmp_path):
+  """The run the page describes (pydocs, BERT's uncased vocab, its flags),
+  on a tiny model with BERT's vocab size: the same two lines but for the
+  path and the seconds, and the first words the page lists."""
+  testing.require_shared_data()
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+  source = tmp_path / "source"
+  model = pretrainer.BertPretrainer.from_bert_config(_tiny_config())
+  checkpoints.save_model(model, str(source / "bert_model.ckpt"))
+  _write(source / "checkpoint", 'model_checkpoint_path: "bert_model.ckpt"\n')
+  _tiny_config().to_json_file(str(source / "bert_config.json"))
+  shutil.copy(testing.VOCAB, source / "vocab.txt")
+  page = _read("docs/domain-adaptation.md").replace("\n", " ")
+  flags = re.search(r"`--max_new_words=2000 "
+                    r"--max_position_embeddings=1024`", page)
+  assert flags and "`../shared/data/pydocs_corpus.txt`" in page
+  proc = testing.run_cli([
+      "-m", "official_bert.extend_checkpoint", f"--init_checkpoint={source}",
+      f"--domain_corpus={testing.CORPUS}", "--max_new_words=2000",
+      "--max_position_embeddings=1024", f"--output_dir={tmp_path / 'out'}"])
+  printed = [line for line in proc.stdout.splitlines()
+             if line.startswith(("learned ", "extend_checkpoint: "))]
+  shown = _block("extend_checkpoint's output (checked)").splitlines()
+  def plain(line):
+    line = line.replace(str(tmp_path / "out"), "/tmp/bert_domain")
+    return re.sub(r" in [\d.]+ s$", " in S s", line)
+  assert [plain(l) for l in printed] == [plain(l) for l in shown], printed
+  first = re.search(r"most WordPieces saved first: `([^`]*) \.\.\.`", page)
+  words = _json(tmp_path / "out" / "extend_info.json")["new_words"]
+  assert first and words[:len(first.group(1).split())] == first.group(
+      1).split(), words[:20]

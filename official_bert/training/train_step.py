@@ -125,13 +125,15 @@ def clip_and_apply(optimizer, grads, variables, max_grad_norm):
 
 
 def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
-                    options, keys):
+                    options, keys, transform_gradients=None):
   """The inner loop: `train_loop(iterator, num_steps) -> (losses, metrics)`.
 
   A `tf.function` that runs `num_steps` steps (each taking
   `options.gradient_accumulation_steps` batches from `iterator`), adds 1 to
   the `step` variable per step and returns the per-step mean losses summed
   over the steps and the metric sums. `keys` are `output_keys(...)`.
+  `transform_gradients(grads, variables, step) -> grads`, when given, edits
+  the all-reduced gradients before clipping (the step counts from 0).
   """
   accumulation = options.gradient_accumulation_steps
   num_replicas = strategy.num_replicas_in_sync
@@ -150,6 +152,8 @@ def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
                              num_replicas)
 
   def apply(grads):
+    if transform_gradients is not None:
+      grads = transform_gradients(grads, model.trainable_variables, step)
     clip_and_apply(optimizer, grads, model.trainable_variables,
                    options.max_grad_norm)
 

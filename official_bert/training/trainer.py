@@ -113,7 +113,7 @@ class Trainer:
   """Runs, checkpoints and resumes training (see the module docstring)."""
 
   def __init__(self, strategy, model, optimizer, loss_fn, config,
-               metric_fn=None, log=print):
+               metric_fn=None, log=print, transform_gradients=None):
     distribution.check_jit_compile(strategy, config.jit_compile)
     if config.num_train_steps <= 0:
       raise ValueError(f"num_train_steps must be positive, got "
@@ -125,6 +125,9 @@ class Trainer:
     self.metric_fn = metric_fn or (lambda labels, outputs: {})
     self.config = config
     self.log = log
+    # fn(grads, variables, step) -> grads, on the all-reduced gradients
+    # before clipping (e.g. extension.freeze_rows); None: unchanged.
+    self.transform_gradients = transform_gradients
     self.is_chief = distribution.is_chief(strategy)
     with strategy.scope():
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -236,7 +239,8 @@ class Trainer:
           self.strategy, self.model, self.optimizer, self.loss_fn,
           self.metric_fn, self.step, train_step.StepOptions(
               self.config.gradient_accumulation_steps,
-              self.config.max_grad_norm, self.config.jit_compile), keys)
+              self.config.max_grad_norm, self.config.jit_compile), keys,
+          transform_gradients=self.transform_gradients)
     return iter(dataset)
 
   def _loop_length(self, step):
