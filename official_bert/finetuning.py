@@ -38,6 +38,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import tpu_flags
+from official_bert import trainer_flags
 
 FLAGS = flags.FLAGS
 
@@ -69,39 +70,15 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size "
                        "for predict.")
   flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.")
-  flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
-                    "adamw: the original's AdamWeightDecayOptimizer (no bias "
-                    "correction), for which the paper's rates were tuned; "
-                    "keras_adamw: Keras's bias-corrected AdamW; lamb: LAMB.")
   flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training "
                      "file.")
   flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
                      "linear learning-rate warmup.")
   flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
   # ---- shared with run_pretraining.py: distribution, precision, loop
-  flags.DEFINE_enum("distribution_strategy", "default",
-                    ["default", "one_device", "mirrored",
-                     "multi_worker_mirrored", "tpu"],
-                    "tf.distribute strategy (see distribution.py).")
-  flags.DEFINE_integer("num_gpus", None, "GPUs for mirrored (default all).")
-  flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many "
-                       "devices (mirrored replicas without GPUs).")
-  flags.DEFINE_string("tpu", None, "TPU name or grpc:// address.")
-  flags.DEFINE_enum("mixed_precision", "float32",
-                    ["float32", "mixed_bfloat16", "mixed_float16"],
-                    "Keras dtype policy.")
-  flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
-  flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
-                    "The model's kernels (official_bert/modeling/kernels.py): "
-                    "auto = keras when XLA compiles the model, else fast.")
-  flags.DEFINE_integer("steps_per_loop", 100, "Steps per progress line.")
-  flags.DEFINE_float("max_grad_norm", 1.0, "Global-norm gradient clipping.")
-  flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
-  flags.DEFINE_integer("seed", 12345, "Seed of initialisation, dropout, "
-                       "shuffle.")
+  trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
                       "fine-tuned model for TF Serving here.")
-  tpu_flags.define()
 
 
 def _modes():
@@ -284,7 +261,7 @@ class Run:
             steps_per_loop=FLAGS.steps_per_loop,
             save_checkpoints_steps=FLAGS.save_checkpoints_steps,
             max_grad_norm=FLAGS.max_grad_norm, jit_compile=FLAGS.jit_compile,
-            keep_checkpoints=2),
+            keep_checkpoints=FLAGS.keep_checkpoint_max),
         metric_fn=metric_fn)
     self.is_chief = self.trainer.is_chief
     self.step = 0
@@ -312,6 +289,7 @@ class Run:
       if module in (__name__, sys.argv[0]) or (
           program and os.path.abspath(module) == program):
         resolved.update({f.name: f.value for f in module_flags})
+    resolved.update(trainer_flags.shared_values(FLAGS))
     resolved.update(num_replicas=self.replicas,
                     num_train_steps=self.num_train_steps,
                     num_warmup_steps=self.num_warmup_steps)

@@ -25,6 +25,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import tpu_flags
+from official_bert import trainer_flags
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
@@ -61,48 +62,11 @@ flags.DEFINE_integer("num_warmup_steps", 10000,
 flags.DEFINE_integer("save_checkpoints_steps", 1000,
                      "Save a checkpoint every this many steps.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum evaluation batches.")
-# ---- added: distribution, precision, optimiser, loop
-flags.DEFINE_enum("distribution_strategy", "default",
-                  ["default", "one_device", "mirrored",
-                   "multi_worker_mirrored", "tpu"],
-                  "tf.distribute strategy; multi_worker_mirrored reads the "
-                  "cluster from TF_CONFIG.")
-flags.DEFINE_integer("num_gpus", None,
-                     "GPUs for mirrored/one_device (default: all visible; 0 = "
-                     "use the CPU devices).")
-flags.DEFINE_integer("num_cpu_devices", 1,
-                     "Split the CPU into this many logical devices (with "
-                     "--distribution_strategy=mirrored --num_gpus=0: replicas "
-                     "on one CPU, for testing).")
-flags.DEFINE_string("tpu", None, "TPU name or grpc:// address for "
-                    "--distribution_strategy=tpu.")
-flags.DEFINE_enum("mixed_precision", "float32",
-                  ["float32", "mixed_bfloat16", "mixed_float16"],
-                  "Compute dtype policy; mixed_float16 adds dynamic loss "
-                  "scaling. Variables stay float32.")
-flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
-                  "adamw: the original's AdamWeightDecayOptimizer (no bias "
-                  "correction); keras_adamw: Keras's bias-corrected AdamW; "
-                  "lamb: LAMB (large batches). See training/optimization.py.")
-flags.DEFINE_bool("jit_compile", False,
-                  "Compile the training step with XLA (one device per "
-                  "process).")
-flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
-                  "The model's kernels (official_bert/modeling/kernels.py): "
-                  "auto = keras when XLA compiles the model (--jit_compile, "
-                  "TPUs, the JAX backend), else fast.")
-flags.DEFINE_integer("steps_per_loop", 1000,
-                     "Steps per tf.function call (between progress lines); "
-                     "the original's iterations_per_loop.")
+# ---- added: distribution, precision, optimiser, loop (shared with the
+# fine-tuning programs: trainer_flags.py)
+trainer_flags.define(steps_per_loop=1000, keep_checkpoint_max=5)
 flags.DEFINE_integer("gradient_accumulation_steps", 1,
                      "Micro-batches per step (train_batch_size is split).")
-flags.DEFINE_float("max_grad_norm", 1.0,
-                   "Clip the gradient's global norm to this (0 = off).")
-flags.DEFINE_float("weight_decay", 0.01,
-                   "Decoupled weight decay (not on LayerNorm and biases).")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
-flags.DEFINE_integer("seed", 12345,
-                     "Seed of the weights, dropout and data order.")
 # ---- added: continued pretraining of an extend_checkpoint output
 flags.DEFINE_integer("freeze_old_embeddings_steps", 0,
                      "With an --init_checkpoint written by extend_checkpoint: "
@@ -110,7 +74,6 @@ flags.DEFINE_integer("freeze_old_embeddings_steps", 0,
                      "word embeddings and masked-LM bias get a gradient "
                      "(the ids in its extend_info.json).")
 
-tpu_flags.define()
 
 
 def _check_flags():
@@ -351,6 +314,7 @@ def main(argv):
                 FLAGS.flags_by_module_dict().values()
                 if any(f.name == "bert_config_file" for f in module_flags))
     resolved = {f.name: f.value for f in ours}
+    resolved.update(trainer_flags.shared_values(FLAGS))
     resolved.update(num_replicas=replicas, kernels=kernels)
     cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
                   json.dumps(resolved, indent=2, sort_keys=True) + "\n")
