@@ -240,6 +240,34 @@ def compression_of(path):
     return "GZIP" if f.read(2) == b"\x1f\x8b" else ""
 
 
+def _first_example(path):
+  """The first record of a TFRecord file as a tf.train.Example; ValueError
+  (one sentence) when the file is unreadable or empty."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    records = tf.data.TFRecordDataset(
+        path, compression_type=compression_of(path)).take(1)
+    first = [r.numpy() for r in records]
+  except (tf.errors.OpError, OSError) as e:
+    raise ValueError(f"Cannot read TFRecord file {path} ({type(e).__name__}); "
+                     "pass a file written by create_pretraining_data.py.") from None
+  if not first:
+    raise ValueError(f"TFRecord file {path} holds no records; regenerate it "
+                     "with create_pretraining_data.py.")
+  return tf.train.Example.FromString(first[0])
+
+
+def record_predictions(path):
+  """max_predictions_per_seq of a TFRecord file (its first record's
+  masked_lm_positions length); ValueError when it has none."""
+  feature = _first_example(path).features.feature
+  if "masked_lm_positions" not in feature:
+    raise ValueError(f"TFRecord file {path} lacks the feature "
+                     "masked_lm_positions; pass a file written by "
+                     "create_pretraining_data.py.")
+  return len(feature["masked_lm_positions"].int64_list.value)
+
+
 def check_record_lengths(path, max_seq_length, max_predictions_per_seq):
   """Checks the first record of a TFRecord file against the flags.
 
@@ -252,18 +280,7 @@ def check_record_lengths(path, max_seq_length, max_predictions_per_seq):
     ValueError: one sentence naming the file, the feature, the found and the
       expected length (or the missing feature, or an empty/unreadable file).
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  try:
-    records = tf.data.TFRecordDataset(
-        path, compression_type=compression_of(path)).take(1)
-    first = [r.numpy() for r in records]
-  except (tf.errors.OpError, OSError) as e:
-    raise ValueError(f"Cannot read TFRecord file {path} ({type(e).__name__}); "
-                     "pass a file written by create_pretraining_data.py.") from None
-  if not first:
-    raise ValueError(f"TFRecord file {path} holds no records; regenerate it "
-                     "with create_pretraining_data.py.")
-  example = tf.train.Example.FromString(first[0])
+  example = _first_example(path)
   expected = feature_lengths(max_seq_length, max_predictions_per_seq)
   flag_of = {"seq": "--max_seq_length", "pred": "--max_predictions_per_seq"}
   for name, kind, length_key in SCHEMA:
