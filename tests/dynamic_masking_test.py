@@ -92,7 +92,7 @@ def test_rate_80_10_10_and_no_special_token_over_two_epochs(corpus_records,
   vocab = _vocab()
   cls_id, sep_id, mask_id = (vocab.index(t) for t in ("[CLS]", "[SEP]",
                                                       "[MASK]"))
-  counts = np.zeros(3)
+  counts, random_ids = np.zeros(3), []
   for epoch in _epochs(path, n, prob):
     weights = epoch["masked_lm_weights"]
     real = weights > 0
@@ -122,10 +122,18 @@ def test_rate_80_10_10_and_no_special_token_over_two_epochs(corpus_records,
     assert not np.isin(labels, [cls_id, sep_id]).any()
     assert np.all(input_mask[rows, at] == 1)
     shown = epoch["input_word_ids"][rows, at]
+    replaced = (shown != mask_id) & (shown != labels)
     counts += [np.sum(shown == mask_id), np.sum(shown == labels),
-               np.sum((shown != mask_id) & (shown != labels))]
+               np.sum(replaced)]
+    random_ids.append(shown[replaced])
   share = counts / counts.sum()
   np.testing.assert_allclose(share, [0.8, 0.1, 0.1], atol=0.01)
+  # Random ids are uniform over the vocab: mean (V - 1) / 2, every tenth
+  # of the range about as often.
+  random_ids = np.concatenate(random_ids)
+  assert abs(random_ids.mean() / (len(vocab) - 1) - 0.5) < 0.03
+  tenths = np.bincount(random_ids * 10 // len(vocab), minlength=10)
+  assert tenths.min() > 0.7 * len(random_ids) / 10, tenths
 
 
 def test_epochs_differ_and_one_seed_repeats(corpus_records):
