@@ -69,7 +69,8 @@ def define(steps_per_loop, keep_checkpoint_max, flag_values=flags.FLAGS):
   flags.DEFINE_integer("keep_checkpoint_max", keep_checkpoint_max,
                        "Checkpoints kept in --output_dir.", flag_values=fv)
   flags.DEFINE_integer("seed", 12345,
-                       "Seed of the weights, dropout and data order.",
+                       "Seed of the weights, dropout, data order (and "
+                       "run_pretraining's dynamic masks).",
                        flag_values=fv)
   tpu_flags.define(flag_values=fv)
 
