@@ -36,6 +36,7 @@ in, probabilities out.
 
 import json
 import os
+import time
 
 from absl import app
 from absl import flags
@@ -253,7 +254,9 @@ def main(argv):
     summary.append(f"{key} {result[key]:.4f}")
   if FLAGS.do_predict:
     examples, inputs, _ = splits["test"]
+    t0 = time.time()
     logits = run.predict(inputs, FLAGS.predict_batch_size)
+    seconds = time.time() - t0
     if regression:
       rows = [f"{value:.6g}" for value in logits[:, 0]]
     else:
@@ -262,7 +265,7 @@ def main(argv):
     if run.is_chief:
       finetuning.write(FLAGS.output_dir, "test_results.tsv",
                        "".join(row + "\n" for row in rows))
-    summary.append(f"{len(rows)} test predictions")
+    summary.append(f"{len(rows)} test predictions in {seconds:.1f} s")
   if FLAGS.export_dir and run.is_chief:
     from export import serving  # pylint: disable=g-import-not-at-top
     path = serving.export_saved_model(
