@@ -8,6 +8,14 @@ measured matmul peak, and the ratio to keras-hub with XLA:
     python -m benchmarks.pretraining_benchmark            # all configurations
     python -m benchmarks.pretraining_benchmark --steps=30 --configs=ours_xla,hub_xla
 
+`ours_static` and `ours_dynamic` read real TFRecords through the input
+pipeline instead of one in-memory batch (--input_file, else records the data
+job writes from the first 200 documents of ../shared/data/pydocs_corpus.txt):
+the records' masks, or masks drawn in the pipeline (run_pretraining
+--masking=dynamic, --masked_lm_prob); their ratio is printed:
+
+    python -m benchmarks.pretraining_benchmark --configs=ours_static,ours_dynamic
+
 Model FLOPs per sequence (training = 3 x forward; embeddings' lookups and
 softmax/LayerNorm not counted, as is usual for MFU):
     forward = T*L*(8H^2 + 4*H*I + 4*T*H) + P*(2H^2 + 2*H*V) + 2H^2 + 4H
@@ -53,7 +61,15 @@ flags.DEFINE_bool("bfc", True, "TensorFlow's BFC CPU allocator, as the "
                   "allocator.")
 flags.DEFINE_list("configs", ["ours", "ours_xla", "hub", "hub_xla",
                               "ours_bf16", "ours_bf16_xla"],
-                  "Configurations to run: ours[_bf16][_xla], hub[_xla].")
+                  "Configurations to run: ours[_bf16][_xla], hub[_xla], "
+                  "ours_static[_xla], ours_dynamic[_xla] (real records).")
+flags.DEFINE_string("input_file", None,
+                    "ours_static/ours_dynamic: TFRecords of --seq_length and "
+                    "--predictions (default: written from the shared corpus).")
+flags.DEFINE_string("vocab_file", None,
+                    "ours_dynamic: the records' vocab (default: the shared "
+                    "bert_uncased_vocab.txt).")
+flags.DEFINE_float("masked_lm_prob", 0.15, "ours_dynamic: the masking rate.")
 
 FLAGS = flags.FLAGS
 MINI = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4,
@@ -164,11 +180,47 @@ def synthetic_batch(batch, seq, preds, vocab, seed=0):
   }
 
 
-def ours_runner(data, precision, jit_compile, steps):
+def corpus_records(seq_length, predictions, documents=200):
+  """TFRecords the data job writes from the shared corpus's first documents
+  (in a temporary directory); returns their path."""
+  from tfrecords import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
+  from tools import corpus  # pylint: disable=g-import-not-at-top
+  root = tempfile.mkdtemp(prefix="pretraining_benchmark_records_")
+  atexit.register(shutil.rmtree, root, True)
+  text = os.path.join(root, "corpus.txt")
+  with open(text, "w", encoding="utf-8") as f:
+    f.write("\n\n".join("\n".join(doc)
+                         for doc in corpus.documents()[:documents]) + "\n")
+  path = os.path.join(root, "records.tfrecord")
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  logging.set_verbosity(logging.WARNING)  # not the job's example lines
+  cpd.create_pretraining_data(cpd.JobConfig(
+      input_files=[text], output_files=[path], vocab_file=shared_vocab(),
+      max_seq_length=seq_length, max_predictions_per_seq=predictions,
+      dupe_factor=1))
+  return path
+
+
+def shared_vocab():
+  from tools import corpus  # pylint: disable=g-import-not-at-top
+  return os.path.join(os.path.dirname(corpus.PYDOCS), "bert_uncased_vocab.txt")
+
+
+def records_dataset_fn(files, batch, masking):
+  """run_pretraining's training input: `files` through the input pipeline,
+  with the records' masks (masking None) or dynamic ones."""
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+  return input_pipeline.pretraining_dataset_fn(
+      files, batch, FLAGS.seq_length, FLAGS.predictions, is_training=True,
+      seed=0, masking=masking)
+
+
+def ours_runner(data, precision, jit_compile, steps, dataset_fn=None):
   """official_bert's Trainer (default strategy, one device), traced and warm.
 
   Returns (run_loop, loops): each run_loop() trains `steps` more steps in one
   train() call, whose tf.function loop (built once) is timed into `loops`.
+  `dataset_fn`: the training input (default: `data` repeated).
   """
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -206,8 +258,9 @@ def ours_runner(data, precision, jit_compile, steps):
       metric_fn=pretrainer.pretraining_metric_counts, log=lambda _: None)
   t.save = lambda: None  # time the steps, not checkpoints
 
-  def dataset_fn(_):
-    return tf.data.Dataset.from_tensors(element).repeat()
+  if dataset_fn is None:
+    def dataset_fn(_):
+      return tf.data.Dataset.from_tensors(element).repeat()
 
   t.train(dataset_fn, global_batch_size=batch)  # traces; one warm-up loop
   distribution.set_mixed_precision("float32")
@@ -301,6 +354,17 @@ def main(argv):
         f"{FLAGS.predictions} predictions: {flops / 1e9:.2f} GFLOP per "
         "training sequence", flush=True)
   cores = len(os.sched_getaffinity(0))
+  record_configs = [n for n in FLAGS.configs
+                    if n.startswith(("ours_static", "ours_dynamic"))]
+  if record_configs:
+    from official_bert.training import dynamic_masking  # pylint: disable=g-import-not-at-top
+    files = [FLAGS.input_file or corpus_records(FLAGS.seq_length,
+                                                FLAGS.predictions)]
+    masking = dynamic_masking.options_from_vocab(
+        FLAGS.vocab_file or shared_vocab(), FLAGS.masked_lm_prob,
+        FLAGS.predictions, whole_word=False, seed=0)
+    print(f"records: {files[0]} (ours_static: their masks; ours_dynamic: "
+          f"drawn in the pipeline at {FLAGS.masked_lm_prob})", flush=True)
   # Build and warm up every configuration, then time them in turns (round
   # robin), so a burst of steal time hits all of them rather than one.
   runners = {}
@@ -309,6 +373,11 @@ def main(argv):
     jit = name.endswith("_xla")
     if name.startswith("hub"):
       runners[name] = hub_runner(data, jit, FLAGS.steps)
+    elif name in record_configs:
+      runners[name] = ours_runner(
+          data, "float32", jit, FLAGS.steps, records_dataset_fn(
+              files, FLAGS.batch_size,
+              masking if name.startswith("ours_dynamic") else None))
     else:
       precision = "mixed_bfloat16" if "_bf16" in name else "float32"
       runners[name] = ours_runner(data, precision, jit, FLAGS.steps)
@@ -342,6 +411,12 @@ def main(argv):
     print("ratio to keras-hub with XLA, CPU time: " + ", ".join(
         f"{name} {rate / cpu_results['hub_xla']:.2f}x"
         for name, rate in cpu_results.items()))
+  for suffix in ("", "_xla"):
+    static, dynamic = (f"ours_static{suffix}", f"ours_dynamic{suffix}")
+    if static in results and dynamic in results:
+      print(f"dynamic / static masking{suffix}: wall "
+            f"{results[dynamic] / results[static]:.3f}x, CPU time "
+            f"{cpu_results[dynamic] / cpu_results[static]:.3f}x")
   uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout
   print(f"load at end: {uptime.strip()}")
 

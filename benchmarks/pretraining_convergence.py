@@ -182,6 +182,8 @@ def run_ours(side, seed, train, heldout, eval_steps, work_dir):
             "--weight_decay=0.01", "--max_grad_norm=1.0", f"--seed={seed}",
             f"--steps_per_loop={min(100, FLAGS.steps)}",
             f"--save_checkpoints_steps={FLAGS.steps}"] + OURS[side]
+  if side == "ours_dynamic":  # the ## pieces and special ids come from it
+    common.append(f"--vocab_file={FLAGS.vocab}")
   _run(common + [f"--input_file={train}", "--do_train"],
        out + "-train.log")
   _run(common + [f"--input_file={heldout}", "--do_eval",

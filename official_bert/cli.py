@@ -11,7 +11,6 @@ any file `open()` creates (a model server running as another user can read
 them).
 """
 
-import contextlib
 import os
 import re
 import sys
@@ -19,6 +18,8 @@ import tempfile
 
 from absl import app
 from absl import flags
+
+from official_bert import atomic_io
 
 
 class Error(Exception):
@@ -112,26 +113,10 @@ def run(main):
   app.run(guarded, flags_parser=_parse_flags)
 
 
-@contextlib.contextmanager
-def atomic_open(path, mode="w"):
-  """A file to write `path` through: a temporary name beside it, renamed to
-  `path` when the block ends, deleted if it raises. Umask modes (not
-  `tempfile`'s 0600). For outputs written piece by piece."""
-  directory = os.path.dirname(path) or "."
-  tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-  try:
-    with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
-      yield f
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
-def atomic_write(path, text):
-  """Writes `text` to `path` through a temporary name; umask modes."""
-  with atomic_open(path) as f:
-    f.write(text)
+# atomic_open, atomic_write: official_bert/atomic_io.py (no absl there, so
+# the model's config can write files the same way).
+atomic_open = atomic_io.atomic_open
+atomic_write = atomic_io.atomic_write
 
 # ------------------------------------------------------------ path checks ----
 # Each returns the path or raises Error with one sentence naming the flag.

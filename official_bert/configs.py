@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any, Mapping
 
-from official_bert import cli
+from official_bert import atomic_io
 
 # Activation names found in bert_config.json files and what they compute.
 # Google's released checkpoints say "gelu", and their TF code computed the
@@ -140,8 +140,9 @@ class BertConfig:
 
   def to_json_file(self, path: str) -> None:
     """Writes the config atomically (temporary file, then rename)."""
-    # cli.atomic_write: umask modes (tempfile.mkstemp would make it 0600).
-    cli.atomic_write(path, json.dumps(self.to_dict(), indent=2,
+    # atomic_io.atomic_write: umask modes (tempfile.mkstemp would make it
+    # 0600).
+    atomic_io.atomic_write(path, json.dumps(self.to_dict(), indent=2,
                                       sort_keys=True) + "\n")
 
   def replace(self, **changes) -> "BertConfig":

@@ -16,10 +16,16 @@ define their own data flags and then:
                            loss_fn, metric_fn, num_train_examples)
       run.write_run_files(config, {"label_list.json": "..."})
       run.restore_or_warm_start()         # resume, or --init_checkpoint
-      if FLAGS.do_train and not run.train(train_inputs, train_labels):
+      if FLAGS.do_train and not run.train(train_inputs, train_labels,
+                                          evaluate):  # dev metrics of a step
         return                            # SIGTERM: saved, rerun resumes
-      logits = finetuning.predict(run.model, dev_inputs, batch_size)
+      logits = run.predict(dev_inputs, batch_size)
       run.write_eval_results({...})       # eval_results.txt
+
+Each batch is padded only to its longest example (--dynamic_padding,
+training/padding.py); with --eval_every_steps the best checkpoint by
+--best_metric is kept in output_dir/best (training/best_checkpoint.py) and
+used for evaluation, prediction and export once training ends.
 
 The flags are google-research/bert's (same names and defaults: the
 program passes its own defaults, as run_squad's max_seq_length=384), plus the
@@ -38,6 +44,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import tpu_flags
+from official_bert import trainer_flags
 
 FLAGS = flags.FLAGS
 
@@ -69,39 +76,35 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size "
                        "for predict.")
   flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.")
-  flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
-                    "adamw: the original's AdamWeightDecayOptimizer (no bias "
-                    "correction), for which the paper's rates were tuned; "
-                    "keras_adamw: Keras's bias-corrected AdamW; lamb: LAMB.")
   flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training "
                      "file.")
   flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
                      "linear learning-rate warmup.")
   flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
   # ---- shared with run_pretraining.py: distribution, precision, loop
-  flags.DEFINE_enum("distribution_strategy", "default",
-                    ["default", "one_device", "mirrored",
-                     "multi_worker_mirrored", "tpu"],
-                    "tf.distribute strategy (see distribution.py).")
-  flags.DEFINE_integer("num_gpus", None, "GPUs for mirrored (default all).")
-  flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many "
-                       "devices (mirrored replicas without GPUs).")
-  flags.DEFINE_string("tpu", None, "TPU name or grpc:// address.")
-  flags.DEFINE_enum("mixed_precision", "float32",
-                    ["float32", "mixed_bfloat16", "mixed_float16"],
-                    "Keras dtype policy.")
-  flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.")
-  flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
-                    "The model's kernels (official_bert/modeling/kernels.py): "
-                    "auto = keras when XLA compiles the model, else fast.")
-  flags.DEFINE_integer("steps_per_loop", 100, "Steps per progress line.")
-  flags.DEFINE_float("max_grad_norm", 1.0, "Global-norm gradient clipping.")
-  flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
-  flags.DEFINE_integer("seed", 12345, "Seed of initialisation, dropout, "
-                       "shuffle.")
+  trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
                       "fine-tuned model for TF Serving here.")
-  tpu_flags.define()
+  # ---- padding (training/padding.py) and evaluation while training
+  flags.DEFINE_bool("dynamic_padding", True, "Pad each batch only to its "
+                    "longest example (rounded up to --pad_to_multiple_of) "
+                    "instead of --max_seq_length; results are the same.")
+  flags.DEFINE_integer("pad_to_multiple_of", None, "Bucket width of "
+                       "--dynamic_padding (default 8, 32 with --jit_compile: "
+                       "one XLA compilation per bucket).")
+  flags.DEFINE_bool("group_by_length", False, "Batch examples of similar "
+                    "length together (Hugging Face's group_by_length): less "
+                    "padding, less random batches.")
+  flags.DEFINE_integer("eval_every_steps", 0, "Evaluate on the dev set every "
+                       "this many steps and keep the best checkpoint in "
+                       "output_dir/best (0: evaluate only at the end).")
+  flags.DEFINE_string("best_metric", None, "The eval_results.txt metric that "
+                      "picks the best checkpoint (default the task's: "
+                      "eval_accuracy, eval_pearson, f1); lower is better "
+                      "for names ending in loss or mse.")
+  flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many "
+                       "evaluations without a better --best_metric (0: "
+                       "never).")
 
 
 def _modes():
@@ -144,6 +147,15 @@ def check_flags(data_paths=None, mode_paths=None):
                          "a directory (the model's base path).")
   sizes = ["train_batch_size", "predict_batch_size", "save_checkpoints_steps",
            "steps_per_loop", "max_seq_length", "num_cpu_devices"]
+  if FLAGS.pad_to_multiple_of is not None:
+    sizes.append("pad_to_multiple_of")
+  for name in ("eval_every_steps", "early_stopping_patience"):
+    if getattr(FLAGS, name) < 0:
+      raise app.UsageError(f"--{name} must be 0 or more, got "
+                           f"{getattr(FLAGS, name)}.")
+  if FLAGS.early_stopping_patience and not FLAGS.eval_every_steps:
+    raise app.UsageError("--early_stopping_patience needs --eval_every_steps "
+                         "(the evaluations it counts).")
   for name in sizes + (["eval_batch_size"] if "eval_batch_size" in FLAGS
                        else []):
     if getattr(FLAGS, name) <= 0:
@@ -226,7 +238,7 @@ class Run:
   """A fine-tuning run: strategy, model, optimizer and trainer from FLAGS."""
 
   def __init__(self, build_model, loss_fn, metric_fn, num_train_examples,
-               example_name="examples"):
+               example_name="examples", best_metric="eval_accuracy"):
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
@@ -284,10 +296,24 @@ class Run:
             steps_per_loop=FLAGS.steps_per_loop,
             save_checkpoints_steps=FLAGS.save_checkpoints_steps,
             max_grad_norm=FLAGS.max_grad_norm, jit_compile=FLAGS.jit_compile,
-            keep_checkpoints=2),
+            keep_checkpoints=FLAGS.keep_checkpoint_max,
+            eval_every_steps=FLAGS.eval_every_steps),
         metric_fn=metric_fn)
     self.is_chief = self.trainer.is_chief
     self.step = 0
+    # Each batch cut to its longest example (training/padding.py); TPUs
+    # compile the whole loop for one shape, so they keep --max_seq_length.
+    self.pad_multiple = None
+    if FLAGS.dynamic_padding and not isinstance(
+        strategy, tf.distribute.TPUStrategy):
+      self.pad_multiple = FLAGS.pad_to_multiple_of or (
+          padding_multiple(FLAGS.jit_compile))
+    from official_bert.training import best_checkpoint  # pylint: disable=g-import-not-at-top
+    self.best = best_checkpoint.BestCheckpoint(
+        os.path.join(FLAGS.output_dir, "best"), self.model,
+        FLAGS.best_metric or best_metric, self.is_chief,
+        None if self.is_chief else strategy.cluster_resolver.task_id)
+    self._predict_steps = {}
 
   def export_model(self, example_inputs):
     """The trained model with kernels="keras", for exports: the fast kernels
@@ -312,6 +338,7 @@ class Run:
       if module in (__name__, sys.argv[0]) or (
           program and os.path.abspath(module) == program):
         resolved.update({f.name: f.value for f in module_flags})
+    resolved.update(trainer_flags.shared_values(FLAGS))
     resolved.update(num_replicas=self.replicas,
                     num_train_steps=self.num_train_steps,
                     num_warmup_steps=self.num_warmup_steps)
@@ -363,41 +390,128 @@ class Run:
     if not FLAGS.do_train and self.start == 0:
       print("Warning: no fine-tuned checkpoint in --output_dir; the task "
             "head is untrained.", flush=True)
+    if not FLAGS.do_train:
+      self._use_best()
     return self.start
 
-  def train(self, inputs, labels):
+  def _use_best(self):
+    """Loads output_dir/best (when there is one) into the model: evaluation,
+    prediction and export then use the best checkpoint, and its step."""
+    state = self.best.load_weights()
+    if state:
+      self.step = state["step"]
+      print(f"Using the best checkpoint {state['checkpoint']}: step "
+            f"{state['step']}, {state['metric']} {state['value']:.4g}",
+            flush=True)
+
+  def train(self, inputs, labels, evaluate=None):
     """Trains on numpy `inputs` (dict) and `labels` to num_train_steps.
 
-    Returns False when SIGTERM stopped it (the checkpoint is saved and the
-    program should return), True when done.
+    `evaluate(step)` -> the dev set's eval_results (a dict) is called every
+    --eval_every_steps and at the end; the best by --best_metric is kept in
+    output_dir/best and loaded into the model when training ends. Returns
+    False when SIGTERM stopped it (the checkpoint is saved and the program
+    should return), True when done.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from official_bert.training import padding  # pylint: disable=g-import-not-at-top
     num = len(next(iter(inputs.values())))
+    multiple = self.pad_multiple
+    order = None
+    if FLAGS.group_by_length:
+      order = padding.length_grouped_order(
+          inputs["input_mask"].sum(1), FLAGS.train_batch_size, FLAGS.seed,
+          self.num_train_steps * FLAGS.train_batch_size)
 
     def dataset_fn(input_context):
       batch = input_context.get_per_replica_batch_size(FLAGS.train_batch_size)
-      data = tf.data.Dataset.from_tensor_slices((inputs, labels))
-      data = data.shard(input_context.num_input_pipelines,
-                        input_context.input_pipeline_id)
-      # Seeded and repeated: a resumed run sees what an uninterrupted one
-      # would.
-      data = data.shuffle(num, seed=FLAGS.seed).repeat()
-      return data.batch(batch, drop_remainder=True).prefetch(2)
+      if order is None:
+        data = tf.data.Dataset.from_tensor_slices((inputs, labels))
+        data = data.shard(input_context.num_input_pipelines,
+                          input_context.input_pipeline_id)
+        # Seeded and repeated: a resumed run sees what an uninterrupted one
+        # would.
+        data = data.shuffle(num, seed=FLAGS.seed).repeat()
+        data = data.batch(batch, drop_remainder=True)
+      else:  # the same order on every run: resumable too
+        tensors = tf.nest.map_structure(tf.constant, (inputs, labels))
+        data = tf.data.Dataset.from_tensor_slices(order).shard(
+            input_context.num_input_pipelines,
+            input_context.input_pipeline_id).repeat()
+        data = data.batch(batch, drop_remainder=True).map(
+            lambda i: tf.nest.map_structure(
+                lambda t: tf.gather(t, i), tensors))
+      if multiple:
+        data = data.map(lambda x, y: padding.cut_batch(x, y, multiple))
+      return data.prefetch(2)
 
+    after_loop = None
+    if FLAGS.eval_every_steps and evaluate is not None:
+      if self.start == 0:
+        self.best.clear()  # a fresh run: an old run's best is not ours
+      after_loop = self._evaluator(evaluate)
     t0 = time.time()
     result = self.trainer.train_or_exit(
-        dataset_fn, global_batch_size=FLAGS.train_batch_size)
+        dataset_fn, global_batch_size=FLAGS.train_batch_size,
+        after_loop=after_loop)
     self.step = result.step
     if result.preempted:
       return False
     print(f"Trained steps {self.start}..{self.step} ({self.num_train_steps} "
           f"= {self.num_train_examples} {self.example_name} x "
           f"{FLAGS.num_train_epochs} "
-          f"epochs / batch {FLAGS.train_batch_size}) in "
+          f"epochs / batch {FLAGS.train_batch_size}"
+          f"{'; stopped early' if result.early_stopped else ''}) in "
           f"{time.time() - t0:.1f} s: "
           + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
           flush=True)
+    if after_loop is not None:
+      self._use_best()
     return True
+
+  def _evaluator(self, evaluate):
+    """The trainer's `after_loop(step) -> (shown metrics, stop)`: evaluates,
+    keeps the best checkpoint, counts evaluations without improvement."""
+    every, patience = FLAGS.eval_every_steps, FLAGS.early_stopping_patience
+    best = self.best
+    state = best.state() if self.start else None
+
+    def after_loop(step):
+      nonlocal state
+      if state and step <= state["step"]:
+        return {}, False  # evaluated before this run resumed
+      result = evaluate(step)
+      if best.resolve_metric(result) is None:
+        names = sorted(k for k, v in result.items()
+                       if isinstance(v, (int, float)))
+        raise app.UsageError(f"--best_metric={best.metric} is not among the "
+                             f"evaluation's metrics {names}; pass one of "
+                             "them.")
+      value = float(result[best.metric])
+      if state is None or best.better(value, state["value"]):
+        state = best.save(step, value, result)
+      shown = {best.metric: value}
+      if state["step"] != step:
+        shown[f"best_{best.metric}"] = state["value"]
+      # Evaluations since the best one (deterministic, so a resumed run
+      # counts what an uninterrupted one would).
+      waited = step // every - state["step"] // every
+      stop = bool(patience) and waited >= patience
+      if stop:
+        print(f"Early stopping at step {step}: {waited} evaluations without "
+              f"a better {best.metric} than {state['value']:.4g} (step "
+              f"{state['step']}).", flush=True)
+      return shown, stop
+    return after_loop
+
+  def predict(self, inputs, batch_size, fill=0.0):
+    """`predict` with the run's padding (and the step traced once)."""
+    key = (batch_size, fill)
+    if key not in self._predict_steps:
+      self._predict_steps[key] = predict_step(self.model, inputs,
+                                              self.pad_multiple, fill)
+    return predict(self.model, inputs, batch_size,
+                   step=self._predict_steps[key])
 
   def write_eval_results(self, result):
     """eval_results.txt: `key = value` lines, sorted, as the original."""
@@ -408,13 +522,36 @@ class Run:
         result.items()) if isinstance(v, (int, float))), flush=True)
 
 
-def predict(model, inputs, batch_size):
+def predict_step(model, inputs, multiple=None, fill=0.0):
+  """A tf.function batch -> model outputs (training=False) for batches like
+  `inputs` (numpy). With `multiple`, each batch is cut to its longest
+  example rounded up to it (training/padding.py) and the per-position
+  outputs are padded back to the full length with `fill`; traced once, for
+  any batch and length."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.training import padding  # pylint: disable=g-import-not-at-top
+  if not multiple:
+    return tf.function(lambda batch: model(batch, training=False))
+  signature = {k: tf.TensorSpec([None, None], tf.as_dtype(v.dtype))
+               for k, v in inputs.items()}
+
+  @tf.function(input_signature=[signature])
+  def step(batch):
+    full = tf.shape(batch["input_mask"])[1]
+    cut = padding.cut_batch(batch, multiple=multiple)
+    length = tf.shape(cut["input_mask"])[1]
+    return padding.pad_outputs(model(cut, training=False), length, full, fill)
+  return step
+
+
+def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None):
   """The model's outputs (numpy, float32; one array, or a dict of them as
-  the model returns) on numpy encoder inputs."""
+  the model returns) on numpy encoder inputs; with `multiple`, each batch
+  padded only to its longest example (see `predict_step`)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
-  step = tf.function(lambda batch: model(batch, training=False))
+  step = step or predict_step(model, inputs, multiple, fill)
   out = [tf.nest.map_structure(lambda t: t.numpy(), step(batch))
          for batch in dataset]
   if out:
@@ -424,6 +561,11 @@ def predict(model, inputs, batch_size):
   return tf.nest.map_structure(
       lambda t: np.zeros((0,) + tuple(t.shape[1:]), np.float32),
       model(probe, training=False))
+
+
+def padding_multiple(jit_compile):
+  from official_bert.training import padding  # pylint: disable=g-import-not-at-top
+  return padding.default_multiple(jit_compile)
 
 
 def data_error(error):

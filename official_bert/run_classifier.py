@@ -36,6 +36,7 @@ in, probabilities out.
 
 import json
 import os
+import time
 
 from absl import app
 from absl import flags
@@ -189,7 +190,8 @@ def main(argv):
       raise ValueError(f"the train file has only the label {labels}; "
                        "classification needs at least two")
     splits = {}
-    for split, wanted in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
+    evaluating = FLAGS.do_eval or (FLAGS.do_train and FLAGS.eval_every_steps)
+    for split, wanted in (("train", FLAGS.do_train), ("dev", evaluating),
                           ("test", FLAGS.do_predict)):
       if wanted:
         examples = read(split)
@@ -216,7 +218,8 @@ def main(argv):
           config, num_classes, kernels=kernels),
       lambda y, logits: classifier_losses(y, logits, regression),
       None if regression else classifier_metric_counts,
-      num_train_examples=len(splits["train"][0]) if FLAGS.do_train else 0)
+      num_train_examples=len(splits["train"][0]) if FLAGS.do_train else 0,
+      best_metric="eval_pearson" if regression else "eval_accuracy")
   run.write_run_files(config, {} if labels is None else {
       "label_list.json": json.dumps(labels) + "\n"})
   print(f"{what}: labels {labels}, "
@@ -232,23 +235,28 @@ def main(argv):
             + " ".join(tokenizer.convert_ids_to_tokens(
                 inputs["input_word_ids"][i][:n])), flush=True)
 
+  def evaluate(step):
+    _, inputs, ids = splits["dev"]
+    logits = run.predict(inputs, FLAGS.eval_batch_size)
+    return eval_results(logits, ids, regression, step)
+
   run.restore_or_warm_start()
   if FLAGS.do_train:
     _, train_inputs, train_labels = splits["train"]
-    if not run.train(train_inputs, train_labels):
+    if not run.train(train_inputs, train_labels, evaluate):
       return  # SIGTERM: checkpoint saved, rerun resumes.
 
   summary = []
   if FLAGS.do_eval:
-    _, inputs, ids = splits["dev"]
-    logits = finetuning.predict(run.model, inputs, FLAGS.eval_batch_size)
-    result = eval_results(logits, ids, regression, run.step)
+    result = evaluate(run.step)
     run.write_eval_results(result)
     key = "eval_pearson" if regression else "eval_accuracy"
     summary.append(f"{key} {result[key]:.4f}")
   if FLAGS.do_predict:
     examples, inputs, _ = splits["test"]
-    logits = finetuning.predict(run.model, inputs, FLAGS.predict_batch_size)
+    t0 = time.time()
+    logits = run.predict(inputs, FLAGS.predict_batch_size)
+    seconds = time.time() - t0
     # str() of each float32, as the original writes its probabilities: the
     # shortest text that reads back to the same float32.
     if regression:
@@ -259,7 +267,7 @@ def main(argv):
     if run.is_chief:
       finetuning.write(FLAGS.output_dir, "test_results.tsv",
                        "".join(row + "\n" for row in rows))
-    summary.append(f"{len(rows)} test predictions")
+    summary.append(f"{len(rows)} test predictions in {seconds:.1f} s")
   if FLAGS.export_dir and run.is_chief:
     from export import serving  # pylint: disable=g-import-not-at-top
     path = serving.export_saved_model(

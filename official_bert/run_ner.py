@@ -116,7 +116,8 @@ def main(argv):
   try:
     labels = _labels(data_dir)
     splits = {}
-    for split, wanted in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
+    evaluating = FLAGS.do_eval or (FLAGS.do_train and FLAGS.eval_every_steps)
+    for split, wanted in (("train", FLAGS.do_train), ("dev", evaluating),
                           ("test", FLAGS.do_predict)):
       if wanted:
         sentences = ner.read_conll(split_file(data_dir, split))
@@ -143,7 +144,8 @@ def main(argv):
   run = finetuning.Run(
       lambda kernels: finetuning_models.BertTokenClassifier.from_bert_config(
           config, len(labels), kernels=kernels),
-      token_losses, token_metric_counts, num_train_examples=num_train)
+      token_losses, token_metric_counts, num_train_examples=num_train,
+      best_metric="eval_f1")
   run.write_run_files(config, {"label_list.json": json.dumps(labels) + "\n"})
   print(f"NER: tags {labels}, "
         + ", ".join(f"{split} {len(e[0])} sentences in {len(e[4])} windows"
@@ -160,15 +162,9 @@ def main(argv):
             inputs["input_word_ids"][0][:n]), window_labels[0][:n])),
           flush=True)
 
-  run.restore_or_warm_start()
-  if FLAGS.do_train:
-    _, inputs, _, _, window_labels = encoded["train"]
-    if not run.train(inputs, window_labels):
-      return  # SIGTERM: checkpoint saved, rerun resumes.
-
   def predict(split, batch_size):
     sentences, inputs, window, position, window_labels = encoded[split]
-    logits = word_logits(finetuning.predict(run.model, inputs, batch_size),
+    logits = word_logits(run.predict(inputs, batch_size),
                          window, position)                     # [N, C]
     flat = np.argmax(logits, -1)
     tags, start = [], 0
@@ -178,12 +174,22 @@ def main(argv):
     gold = window_labels[window, position]
     return sentences, tags, _mean_cross_entropy(logits, gold)
 
-  summary = []
-  if FLAGS.do_eval:
+  def evaluate(step):
     sentences, tags, loss = predict("dev", FLAGS.eval_batch_size)
     metrics = ner.entity_metrics([s.tags for s in sentences], tags)
     result = {f"eval_{k}": v for k, v in metrics.items()}
-    result.update(eval_loss=loss, loss=loss, global_step=run.step)
+    result.update(eval_loss=loss, loss=loss, global_step=step)
+    return result
+
+  run.restore_or_warm_start()
+  if FLAGS.do_train:
+    _, inputs, _, _, window_labels = encoded["train"]
+    if not run.train(inputs, window_labels, evaluate):
+      return  # SIGTERM: checkpoint saved, rerun resumes.
+
+  summary = []
+  if FLAGS.do_eval:
+    result = evaluate(run.step)
     run.write_eval_results(result)
     summary.append(f"entity F1 {result['eval_f1']:.4f}")
   if FLAGS.do_predict:

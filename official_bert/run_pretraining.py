@@ -13,6 +13,10 @@ Writes to --output_dir: ckpt-<step>.{index,data-*} and `checkpoint`
 (model, optimizer, step; rerunning resumes from the latest), train/ and eval/
 TensorBoard summaries, flags.json (the resolved flags), bert_config.json
 and, with --do_eval, eval_results.txt.
+
+The modern recipe (docs/pretraining.md): --masking=dynamic draws fresh masks
+every epoch from the records' tokens (--masked_lm_prob, e.g. 0.3; needs
+--vocab_file), --next_sentence_prediction=false trains without the NSP head.
 """
 
 import json
@@ -25,6 +29,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import tpu_flags
+from official_bert import trainer_flags
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
@@ -46,8 +51,11 @@ flags.DEFINE_string("init_checkpoint", None,
 flags.DEFINE_integer("max_seq_length", 128,
                      "Sequence length of the TFRecords (must match the data).")
 flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Masked-LM predictions per sequence in the TFRecords "
-                     "(must match the data).")
+                     "Masked-LM predictions per sequence: with "
+                     "--masking=static those in the TFRecords (must match the "
+                     "data); with --masking=dynamic the most drawn per "
+                     "sequence (any number; the records' own is read from "
+                     "them).")
 flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_eval", False, "Whether to evaluate on --input_file.")
 flags.DEFINE_integer("train_batch_size", 32,
@@ -61,56 +69,41 @@ flags.DEFINE_integer("num_warmup_steps", 10000,
 flags.DEFINE_integer("save_checkpoints_steps", 1000,
                      "Save a checkpoint every this many steps.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum evaluation batches.")
-# ---- added: distribution, precision, optimiser, loop
-flags.DEFINE_enum("distribution_strategy", "default",
-                  ["default", "one_device", "mirrored",
-                   "multi_worker_mirrored", "tpu"],
-                  "tf.distribute strategy; multi_worker_mirrored reads the "
-                  "cluster from TF_CONFIG.")
-flags.DEFINE_integer("num_gpus", None,
-                     "GPUs for mirrored/one_device (default: all visible; 0 = "
-                     "use the CPU devices).")
-flags.DEFINE_integer("num_cpu_devices", 1,
-                     "Split the CPU into this many logical devices (with "
-                     "--distribution_strategy=mirrored --num_gpus=0: replicas "
-                     "on one CPU, for testing).")
-flags.DEFINE_string("tpu", None, "TPU name or grpc:// address for "
-                    "--distribution_strategy=tpu.")
-flags.DEFINE_enum("mixed_precision", "float32",
-                  ["float32", "mixed_bfloat16", "mixed_float16"],
-                  "Compute dtype policy; mixed_float16 adds dynamic loss "
-                  "scaling. Variables stay float32.")
-flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
-                  "adamw: the original's AdamWeightDecayOptimizer (no bias "
-                  "correction); keras_adamw: Keras's bias-corrected AdamW; "
-                  "lamb: LAMB (large batches). See training/optimization.py.")
-flags.DEFINE_bool("jit_compile", False,
-                  "Compile the training step with XLA (one device per "
-                  "process).")
-flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
-                  "The model's kernels (official_bert/modeling/kernels.py): "
-                  "auto = keras when XLA compiles the model (--jit_compile, "
-                  "TPUs, the JAX backend), else fast.")
-flags.DEFINE_integer("steps_per_loop", 1000,
-                     "Steps per tf.function call (between progress lines); "
-                     "the original's iterations_per_loop.")
+# ---- added: distribution, precision, optimiser, loop (shared with the
+# fine-tuning programs: trainer_flags.py)
+trainer_flags.define(steps_per_loop=1000, keep_checkpoint_max=5)
 flags.DEFINE_integer("gradient_accumulation_steps", 1,
                      "Micro-batches per step (train_batch_size is split).")
-flags.DEFINE_float("max_grad_norm", 1.0,
-                   "Clip the gradient's global norm to this (0 = off).")
-flags.DEFINE_float("weight_decay", 0.01,
-                   "Decoupled weight decay (not on LayerNorm and biases).")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
-flags.DEFINE_integer("seed", 12345,
-                     "Seed of the weights, dropout and data order.")
 # ---- added: continued pretraining of an extend_checkpoint output
 flags.DEFINE_integer("freeze_old_embeddings_steps", 0,
                      "With an --init_checkpoint written by extend_checkpoint: "
                      "for this many steps only the new words' rows of the "
                      "word embeddings and masked-LM bias get a gradient "
                      "(the ids in its extend_info.json).")
-
-tpu_flags.define()
+# ---- added: the modern recipe (RoBERTa's dynamic masking, no NSP)
+flags.DEFINE_enum("masking", "static", ["static", "dynamic"],
+                  "static: train on the masks the data job wrote (the "
+                  "original); dynamic: draw fresh masks for every record in "
+                  "every epoch, from the records' original tokens (any "
+                  "TFRecords of the data job), a function of --seed, the "
+                  "record and the epoch. Evaluation always reads the "
+                  "records' masks.")
+flags.DEFINE_float("masked_lm_prob", 0.15,
+                   "--masking=dynamic: the fraction of tokens predicted "
+                   "(MosaicBERT: 0.3); the count per sequence is "
+                   "min(--max_predictions_per_seq, max(1, round(tokens x "
+                   "rate))), as the data job's.")
+flags.DEFINE_bool("do_whole_word_mask", False,
+                  "--masking=dynamic: mask a word and its ## pieces together "
+                  "(the pieces are read from --vocab_file).")
+flags.DEFINE_string("vocab_file", None,
+                    "--masking=dynamic: the vocab.txt of the TFRecords, for "
+                    "the ids of [MASK], [CLS] and [SEP], the random "
+                    "replacements and the ## pieces.")
+flags.DEFINE_bool("next_sentence_prediction", True,
+                  "False: no next-sentence head and no NSP loss (RoBERTa); "
+                  "the records' next_sentence_labels are ignored and "
+                  "evaluation reports only the masked-LM metrics.")
 
 
 def _check_flags():
@@ -140,6 +133,24 @@ def _check_flags():
     if getattr(FLAGS, name) <= 0:
       raise app.UsageError(f"--{name} must be positive, got "
                            f"{getattr(FLAGS, name)}.")
+  if FLAGS.masking == "dynamic":
+    if not FLAGS.vocab_file:
+      raise app.UsageError(
+          "--masking=dynamic needs --vocab_file (the vocab.txt the TFRecords "
+          "were written with), for the id of [MASK] and the random "
+          "replacements.")
+    cli.check_text_file("vocab_file", FLAGS.vocab_file, "a vocab.txt")
+    if not 0.0 < FLAGS.masked_lm_prob <= 1.0:
+      raise app.UsageError(f"--masked_lm_prob={FLAGS.masked_lm_prob} must be "
+                           "in (0, 1].")
+  else:
+    for name, default in (("masked_lm_prob", 0.15),
+                          ("do_whole_word_mask", False)):
+      if getattr(FLAGS, name) != default:
+        raise app.UsageError(
+            f"--{name} applies to --masking=dynamic; with --masking=static "
+            "the records' masks are used (set it in create_pretraining_data "
+            "instead).")
   if FLAGS.num_warmup_steps < 0:
     raise app.UsageError(f"--num_warmup_steps={FLAGS.num_warmup_steps} must "
                          "be >= 0.")
@@ -216,27 +227,32 @@ def pretraining_eval_sums(labels, outputs):
   weights = ops.cast(labels["masked_lm_weights"], "float32")
   mlm_ce = keras.losses.sparse_categorical_crossentropy(
       labels["masked_lm_ids"], outputs["mlm_logits"], from_logits=True)
-  nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
-  nsp_ce = keras.losses.sparse_categorical_crossentropy(
-      nsp_labels, outputs["next_sentence_logits"], from_logits=True)
   sums = pretrainer.pretraining_metric_counts(labels, outputs)
   sums["masked_lm_loss_sum"] = ops.sum(weights * mlm_ce)
-  sums["next_sentence_loss_sum"] = ops.sum(nsp_ce)
+  if "next_sentence_logits" in outputs:  # a model with the NSP head
+    nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
+    nsp_ce = keras.losses.sparse_categorical_crossentropy(
+        nsp_labels, outputs["next_sentence_logits"], from_logits=True)
+    sums["next_sentence_loss_sum"] = ops.sum(nsp_ce)
   return sums
 
 
 def eval_results(sums, step):
-  """The original's eval_results.txt values from `pretraining_eval_sums` sums."""
+  """The original's eval_results.txt values from `pretraining_eval_sums` sums
+  (the masked-LM ones alone for a model without the NSP head)."""
   mlm_total = max(sums["masked_lm_total"], 1e-12)
-  nsp_total = max(sums["next_sentence_total"], 1e-12)
   result = {
       "global_step": step,
       "masked_lm_accuracy": sums["masked_lm_correct"] / mlm_total,
       "masked_lm_loss": sums["masked_lm_loss_sum"] / mlm_total,
-      "next_sentence_accuracy": sums["next_sentence_correct"] / nsp_total,
-      "next_sentence_loss": sums["next_sentence_loss_sum"] / nsp_total,
   }
-  result["loss"] = result["masked_lm_loss"] + result["next_sentence_loss"]
+  result["loss"] = result["masked_lm_loss"]
+  if "next_sentence_loss_sum" in sums:
+    nsp_total = max(sums["next_sentence_total"], 1e-12)
+    result["next_sentence_accuracy"] = (sums["next_sentence_correct"]
+                                        / nsp_total)
+    result["next_sentence_loss"] = sums["next_sentence_loss_sum"] / nsp_total
+    result["loss"] += result["next_sentence_loss"]
   return result
 
 
@@ -252,6 +268,8 @@ def main(argv):
   from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert.training import dynamic_masking  # pylint: disable=g-import-not-at-top
+  from official_bert.data import features  # pylint: disable=g-import-not-at-top
   from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
@@ -278,11 +296,25 @@ def main(argv):
         tpu_flags.resolver_args(FLAGS))
     distribution.check_jit_compile(strategy, FLAGS.jit_compile)
     files = input_pipeline.resolve_input_files(FLAGS.input_file)
+    # Dynamic masking draws up to --max_predictions_per_seq from records
+    # written with any number of predictions.
+    record_predictions = FLAGS.max_predictions_per_seq
+    masking = None
+    if FLAGS.masking == "dynamic":
+      record_predictions = features.record_predictions(files[0])
+      masking = dynamic_masking.options_from_vocab(
+          FLAGS.vocab_file, FLAGS.masked_lm_prob,
+          FLAGS.max_predictions_per_seq, FLAGS.do_whole_word_mask, FLAGS.seed)
     input_pipeline.check_input_files(files, FLAGS.max_seq_length,
-                                     FLAGS.max_predictions_per_seq,
+                                     record_predictions,
                                      vocab_size=config.vocab_size)
   except ValueError as e:
     raise app.UsageError(str(e))
+  if masking and masking.vocab_size > config.vocab_size:
+    raise app.UsageError(
+        f"--vocab_file={FLAGS.vocab_file} has {masking.vocab_size} tokens, "
+        f"more than vocab_size={config.vocab_size} of "
+        f"{FLAGS.bert_config_file}; pass the vocab the model was built for.")
   if FLAGS.init_checkpoint and not tf.train.latest_checkpoint(
       FLAGS.output_dir):  # it will be used (not resuming): it must exist
     try:
@@ -304,8 +336,9 @@ def main(argv):
       FLAGS.kernels, FLAGS.jit_compile,
       isinstance(strategy, tf.distribute.TPUStrategy))
   with strategy.scope():
-    model = pretrainer.BertPretrainer.from_bert_config(config,
-                                                       kernels=kernels)
+    model = pretrainer.BertPretrainer.from_bert_config(
+        config, use_next_sentence=FLAGS.next_sentence_prediction,
+        kernels=kernels)
     optimizer = optimization.create_optimizer(
         FLAGS.optimizer, FLAGS.learning_rate, FLAGS.num_train_steps,
         FLAGS.num_warmup_steps, weight_decay=FLAGS.weight_decay,
@@ -351,6 +384,7 @@ def main(argv):
                 FLAGS.flags_by_module_dict().values()
                 if any(f.name == "bert_config_file" for f in module_flags))
     resolved = {f.name: f.value for f in ours}
+    resolved.update(trainer_flags.shared_values(FLAGS))
     resolved.update(num_replicas=replicas, kernels=kernels)
     cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
                   json.dumps(resolved, indent=2, sort_keys=True) + "\n")
@@ -362,8 +396,8 @@ def main(argv):
   if FLAGS.do_train:
     train_fn = input_pipeline.pretraining_dataset_fn(
         files, FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps,
-        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, is_training=True,
-        seed=FLAGS.seed)
+        FLAGS.max_seq_length, record_predictions, is_training=True,
+        seed=FLAGS.seed, masking=masking)
     try:
       result = trainer.train_or_exit(train_fn,
                                      global_batch_size=FLAGS.train_batch_size)
@@ -383,7 +417,7 @@ def main(argv):
   if FLAGS.do_eval:
     eval_fn = input_pipeline.pretraining_dataset_fn(
         files, FLAGS.eval_batch_size, FLAGS.max_seq_length,
-        FLAGS.max_predictions_per_seq, is_training=False)
+        record_predictions, is_training=False)
     try:
       sums = trainer.evaluate(eval_fn, pretraining_eval_sums,
                               max_steps=FLAGS.max_eval_steps)

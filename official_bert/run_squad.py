@@ -77,6 +77,9 @@ def _check_flags():
     if getattr(FLAGS, name) <= 0:
       raise app.UsageError(f"--{name} must be positive, got "
                            f"{getattr(FLAGS, name)}.")
+  if FLAGS.eval_every_steps and FLAGS.do_train and not FLAGS.do_predict:
+    raise app.UsageError("--eval_every_steps needs --do_predict and a "
+                         "--predict_file with answers (the dev set).")
   if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
     raise app.UsageError(
         f"--max_seq_length={FLAGS.max_seq_length} leaves no room for the "
@@ -188,7 +191,8 @@ def main(argv):
       lambda kernels: finetuning_models.BertSpanLabeler.from_bert_config(
           config, kernels=kernels),
       squad_losses, squad_metric_counts,
-      num_train_examples=len(train_examples), example_name="questions")
+      num_train_examples=len(train_examples), example_name="questions",
+      best_metric="f1")
   run.write_run_files(config)
   print(f"{run.replicas} replicas ({FLAGS.distribution_strategy}), "
         f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
@@ -201,18 +205,18 @@ def main(argv):
           + (f" (answer {feature.start_position}..{feature.end_position})"
              if train_features else ""), flush=True)
 
-  run.restore_or_warm_start()
-  if FLAGS.do_train:
-    if not run.train(*squad.feature_arrays(train_features, True)):
-      return  # SIGTERM: checkpoint saved, rerun resumes.
+  data = _has_answers(FLAGS.predict_file) if FLAGS.do_predict else None
+  if FLAGS.eval_every_steps and FLAGS.do_train and data is None:
+    raise app.UsageError(f"--predict_file {FLAGS.predict_file} has no "
+                         "answers to evaluate with --eval_every_steps; pass "
+                         "a dev file with answers.")
 
-  summary = []
-  if FLAGS.do_predict:
-    t0 = time.time()
-    logits = finetuning.predict(run.model, squad.feature_arrays(
-        predict_features), FLAGS.predict_batch_size)
-    log = print if FLAGS.verbose_logging else None
-    predictions, nbest, null_odds = squad.postprocess(
+  def predict(log=None):
+    # Padding positions get very low logits, so no span starts or ends
+    # there (with fixed padding they are filtered out by the map instead).
+    logits = run.predict(squad.feature_arrays(predict_features),
+                         FLAGS.predict_batch_size, fill=-1e4)
+    return squad.postprocess(
         predict_examples, predict_features, logits["start_logits"].tolist(),
         logits["end_logits"].tolist(), tokenizer.vocab,
         n_best_size=FLAGS.n_best_size,
@@ -220,11 +224,25 @@ def main(argv):
         do_lower_case=FLAGS.do_lower_case,
         version_2_with_negative=FLAGS.version_2_with_negative,
         null_score_diff_threshold=FLAGS.null_score_diff_threshold, log=log)
+
+  def evaluate(step):
+    predictions, _, null_odds = predict()
+    return evaluation(data, predictions, null_odds, step)
+
+  run.restore_or_warm_start()
+  if FLAGS.do_train:
+    if not run.train(*squad.feature_arrays(train_features, True), evaluate):
+      return  # SIGTERM: checkpoint saved, rerun resumes.
+
+  summary = []
+  if FLAGS.do_predict:
+    t0 = time.time()
+    log = print if FLAGS.verbose_logging else None
+    predictions, nbest, null_odds = predict(log)
     outputs = {"predictions.json": predictions,
                "nbest_predictions.json": nbest}
     if FLAGS.version_2_with_negative:
       outputs["null_odds.json"] = null_odds
-    data = _has_answers(FLAGS.predict_file)
     if run.is_chief:
       for name, value in outputs.items():
         finetuning.write(FLAGS.output_dir, name,

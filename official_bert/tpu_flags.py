@@ -25,27 +25,34 @@ from absl import app
 from absl import flags
 
 
-def define(extract_features=False):
-  """Defines the original's TPU flags (extract_features: its four)."""
+def define(extract_features=False, flag_values=flags.FLAGS):
+  """Defines the original's TPU flags (extract_features: its four) in
+  `flag_values`."""
+  fv = flag_values
   flags.DEFINE_bool("use_tpu", False, "google-research/bert's flag: train "
-                    "on a Cloud TPU (= --distribution_strategy=tpu).")
+                    "on a Cloud TPU (= --distribution_strategy=tpu).",
+                    flag_values=fv)
   flags.DEFINE_string("master", None, "google-research/bert's flag: the TPU's "
-                      "grpc:// address (= --tpu).")
+                      "grpc:// address (= --tpu).", flag_values=fv)
   flags.DEFINE_integer("num_tpu_cores", 8, "google-research/bert's flag; "
-                       "accepted: TPUStrategy uses every core of the TPU.")
+                       "accepted: TPUStrategy uses every core of the TPU.",
+                       flag_values=fv)
   if extract_features:
     flags.DEFINE_bool("use_one_hot_embeddings", False, "google-research/"
-                      "bert's flag; accepted (same embeddings either way).")
+                      "bert's flag; accepted (same embeddings either way).",
+                      flag_values=fv)
     return
   flags.DEFINE_string("tpu_name", None, "google-research/bert's flag: the "
-                      "Cloud TPU's name (= --tpu).")
+                      "Cloud TPU's name (= --tpu).", flag_values=fv)
   flags.DEFINE_string("tpu_zone", None, "google-research/bert's flag: the "
-                      "TPU's GCE zone (found from metadata if unset).")
+                      "TPU's GCE zone (found from metadata if unset).",
+                      flag_values=fv)
   flags.DEFINE_string("gcp_project", None, "google-research/bert's flag: the "
-                      "TPU's project (found from metadata if unset).")
+                      "TPU's project (found from metadata if unset).",
+                      flag_values=fv)
   flags.DEFINE_integer("iterations_per_loop", 1000, "google-research/bert's "
                        "flag: steps per loop; sets --steps_per_loop when that "
-                       "is not given.")
+                       "is not given.", flag_values=fv)
 
 
 def apply(flag_values):

@@ -23,10 +23,14 @@ def corpus(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_beam_writes_the_same_records_as_the_cli_job(corpus, tmp_path):
+@pytest.mark.parametrize("next_sentence_prediction", [True, False])
+def test_beam_writes_the_same_records_as_the_cli_job(corpus, tmp_path,
+                                                     next_sentence_prediction):
+  """Also with next_sentence_prediction=False (FULL-SENTENCES packing)."""
   flags = {"vocab_file": testing.VOCAB, "max_seq_length": 48,
            "max_predictions_per_seq": 6, "dupe_factor": 2,
-           "window_tokens": 2500, "random_seed": 7}
+           "window_tokens": 2500, "random_seed": 7,
+           "next_sentence_prediction": next_sentence_prediction}
   prefix = str(tmp_path / "beam.tfrecord.gz")
   proc = testing.run_cli(
       ["tfrecords/create_pretraining_data_beam.py", f"--input_file={corpus}",

@@ -304,3 +304,72 @@ def test_predicted_positions_are_a_uniform_subset_of_the_candidates():
   assert counts[~candidate[0]].sum() == 0
   pair = np.mean((chosen == 1).any(axis=1) & (chosen == 11).any(axis=1))
   assert abs(pair - 1 / 15) < 0.006
+
+
+def _full_sentences(window, length):
+  """The FULL-SENTENCES rows of a window, written plainly: whole sentences in
+  order up to length - 2 tokens, a [SEP] between documents, a sentence
+  longer than an instance cut to it."""
+  limit = length - 2
+  sentences = np.split(window.tokens, np.cumsum(window.sentence_lengths)[:-1])
+  documents = np.repeat(np.arange(len(window.document_sizes)),
+                        window.document_sizes)
+  rows, current, last_doc = [], [], None
+  for sentence, doc in zip(sentences, documents):
+    piece = ([SEP] if current and doc != last_doc else []) + sentence.tolist()
+    if current and len(current) + len(piece) > limit:
+      rows.append(current)
+      current, piece = [], sentence.tolist()
+    if not current and len(piece) >= limit:
+      rows.append(piece[:limit])
+      continue
+    current += piece
+    last_doc = doc
+  if current:
+    rows.append(current)
+  return [tuple([CLS] + row + [SEP]) for row in rows]
+
+
+def _short_documents(n_docs=400, seed=0):
+  """A window of 1-3 sentences of 1-9 tokens per document: several
+  documents (inner [SEP]s) per instance."""
+  rng = np.random.default_rng(seed)
+  sizes = rng.integers(1, 4, n_docs)
+  lengths = rng.integers(1, 10, sizes.sum())
+  return instances.Window(0, rng.integers(1000, 20000, lengths.sum()).astype(
+      np.int32), lengths, sizes)
+
+
+@pytest.mark.parametrize("text", ["pydocs", "short_documents"])
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_full_sentences_without_next_sentence_prediction(corpus, whole_word,
+                                                         text):
+  """next_sentence_prediction=False: RoBERTa's FULL-SENTENCES instances, one
+  segment, label 0, masked as usual (never a [CLS] or any [SEP])."""
+  vocab = corpus[3]
+  options = _options(vocab, next_sentence_prediction=False, dupe_factor=1,
+                     short_seq_prob=0.0, do_whole_word_mask=whole_word)
+  window = (_windows(corpus, 30000, n_lines=6000)[1] if text == "pydocs"
+            else _short_documents())
+  inst = instances.build_instances(window, options)
+  length = inst.input_mask.sum(axis=1)
+  rebuilt = _rebuild(inst)
+  got = sorted(tuple(row[:n]) for row, n in zip(rebuilt.tolist(), length))
+  want = sorted(_full_sentences(window, 45))
+  assert got == want
+  # Some instances cross a document boundary (an inner [SEP]).
+  assert sum(row.count(SEP) > 1 for row in want) >= 3
+  assert not inst.segment_ids.any() and not inst.next_sentence_labels.any()
+  weights = inst.masked_lm_weights
+  count = weights.sum(axis=1).astype(int)
+  expected = np.minimum(7, np.maximum(1, np.round(length * 0.15))).astype(int)
+  if whole_word:
+    assert np.all(count <= expected) and np.mean(count == expected) > 0.9
+  else:
+    np.testing.assert_array_equal(count, expected)
+  rows, cols = np.nonzero(weights)
+  positions = inst.masked_lm_positions[rows, cols]
+  assert not np.isin(rebuilt[rows, positions], [0, CLS, SEP]).any()
+  assert np.all(positions < length[rows])
+  # Every candidate position is drawn: the predictions reach the last ones.
+  assert np.any(positions == length[rows] - 2)

@@ -29,7 +29,8 @@ from tests import testing
 
 LIBRARY = ("official_bert.modeling", "official_bert.training",
            "official_bert.data", "official_bert.tasks")
-SHARED = ("official_bert.configs", "official_bert.cli")
+SHARED = ("official_bert.configs", "official_bert.cli",
+          "official_bert.atomic_io")
 
 
 def _module_name(path):
@@ -116,7 +117,8 @@ def model_violations(modules):
       if top in sys.stdlib_module_names or top in ("keras", "numpy"):
         continue
       if i == "official_bert" or _within(
-          i, ("official_bert.modeling", "official_bert.configs")):
+          i, ("official_bert.modeling", "official_bert.configs",
+              "official_bert.atomic_io")):
         continue
       bad.append((m, i))
   return bad
@@ -165,6 +167,14 @@ def test_export_imports_no_program():
 
 def test_model_imports_no_tensorflow():
   assert model_violations(_modules("official_bert.modeling")) == []
+
+
+def test_the_models_config_imports_no_absl():
+  """configs.py (which the model imports) and what it imports obey the
+  model's rule too: no absl, no TensorFlow, on any Keras backend."""
+  modules = {**_modules("official_bert.configs"),
+             **_modules("official_bert.atomic_io")}
+  assert model_violations(modules) == []
 
 
 def test_training_loop_imports_no_model_module():

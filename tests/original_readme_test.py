@@ -426,16 +426,28 @@ def test_extract_features_command_runs_as_written(world):
                                                                  -4]
 
 
-def test_iterations_per_loop_sets_steps_per_loop(world):
-  """--iterations_per_loop (TPUEstimator's) is our --steps_per_loop."""
-  tmp = world["tmp"]
-  README["mrpc_loops"] = README["mrpc"].replace(
-      "/tmp/mrpc_output/", "/tmp/mrpc_loops/").replace(
-          "--num_train_epochs=3.0", "--num_train_epochs=3.0 \\\n"
-          "  --iterations_per_loop=2")
-  _ok(world, "mrpc_loops")
-  resolved = json.loads((tmp / "mrpc_loops" / "flags.json").read_text())
-  assert resolved["steps_per_loop"] == 2
+@pytest.mark.parametrize("argv, steps_per_loop", [
+    (["--iterations_per_loop=2"], 2),
+    (["--iterations_per_loop=2", "--steps_per_loop=7"], 7),
+    ([], 100),
+])
+def test_iterations_per_loop_sets_steps_per_loop(argv, steps_per_loop):
+  """--iterations_per_loop (TPUEstimator's) is our --steps_per_loop unless
+  that is given, and reaches flags.json with the trainer's flags."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official_bert import tpu_flags  # pylint: disable=g-import-not-at-top
+  from official_bert import trainer_flags  # pylint: disable=g-import-not-at-top
+  values = flags.FlagValues()
+  flags.DEFINE_string("output_dir", None, "", flag_values=values)
+  trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2,
+                       flag_values=values)
+  values(["program"] + argv)
+  tpu_flags.apply(values)
+  assert values.steps_per_loop == steps_per_loop
+  shared = trainer_flags.shared_values(values)
+  assert shared["steps_per_loop"] == steps_per_loop
+  assert {"iterations_per_loop", "use_tpu", "keep_checkpoint_max",
+          "optimizer"} <= set(shared) and "output_dir" not in shared
 
 
 def test_a_v2_file_predicted_without_the_v2_flag_is_read_as_v1_1(world):

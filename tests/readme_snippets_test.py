@@ -98,6 +98,8 @@ BLOCKS = {
     "docs/pretraining.md": {
         "python -m tfrecords.create_pretraining_data "
         "--input_file=../shared/data/pydocs_corpus.txt \\": "pretraining",
+        "python -m tfrecords.create_pretraining_data "
+        "--next_sentence_prediction=false \\": "modern recipe",
     },
     "docs/domain-adaptation.md": {
         "python -m official_bert.extend_checkpoint "
@@ -901,6 +903,25 @@ def test_pretraining_block(world, pretrained):
   results = _read_results(world / "out" / "pretraining" / "eval_results.txt")
   assert results["global_step"] == "4"
   assert {"masked_lm_accuracy", "next_sentence_accuracy"} <= set(results)
+
+
+@pytest.mark.slow
+def test_modern_recipe_block(world):
+  """FULL-SENTENCES records, dynamic masks at 30%, no NSP head."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  _run_sh("modern recipe", world)
+  records = list(tf.data.TFRecordDataset(
+      str(world / "out" / "pydocs_full.tfrecord")).as_numpy_iterator())
+  example = tf.io.parse_single_example(
+      records[0], testing.original_feature_spec(128, 20))
+  assert not example["segment_ids"].numpy().any()
+  out = world / "out" / "pretraining_modern"
+  results = _read_results(out / "eval_results.txt")
+  assert results["global_step"] == "4"
+  assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy",
+                             "masked_lm_loss"]
+  flags = json.load(open(out / "flags.json"))
+  assert flags["masking"] == "dynamic" and flags["masked_lm_prob"] == 0.3
 
 
 @pytest.mark.slow

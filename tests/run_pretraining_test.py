@@ -410,3 +410,50 @@ def test_init_checkpoint_warm_starts_phase2_from_phase1_and_tf1(
       num_warmup_steps=0, learning_rate=0, init_checkpoint=phase1))
   assert "Warm-started" not in rerun.stdout
   assert "at step 2" in rerun.stdout and "Trained steps 2..4" in rerun.stdout
+
+
+@pytest.mark.slow
+def test_without_next_sentence_prediction_trains_evaluates_and_exports(
+    setup, tmp_path):
+  """--next_sentence_prediction=false: no NSP head in the checkpoint, no NSP
+  number in the progress lines or eval_results.txt, and the checkpoint
+  exports with every exporter of pretraining checkpoints (its masked-LM
+  head included: fill_mask, the TF-Hub .mlm, BertForMaskedLM)."""
+  out_dir = tmp_path / "no_nsp"
+  proc = testing.run_cli(_flags(setup, out_dir, num_train_steps=4,
+                                next_sentence_prediction="false") +
+                         ["--do_eval", "--max_eval_steps=2"])
+  logged = [line for line in proc.stdout.splitlines()
+            if line.startswith(("step ", "Trained steps", "Eval at step"))]
+  assert len(logged) == 4 and "masked_lm_loss" in logged[-1], proc.stdout
+  assert not [line for line in logged if "next_sentence" in line], logged
+  results = dict(line.split(" = ") for line in
+                 (out_dir / "eval_results.txt").read_text().splitlines())
+  assert sorted(results) == ["global_step", "loss", "masked_lm_accuracy",
+                             "masked_lm_loss"]
+  assert results["loss"] == results["masked_lm_loss"]
+  weights = _weights(out_dir)
+  assert not [n for n in weights if "seq_relationship" in n]
+  assert [n for n in weights if n.startswith("model/cls_predictions/")]
+  vocab = os.path.join(testing.TESTDATA, "export_vocab.txt")
+  model = [f"--bert_config_file={out_dir / 'bert_config.json'}",
+           f"--init_checkpoint={out_dir}", f"--vocab_file={vocab}"]
+  exports = {
+      "saved_model": ["-m", "export.export_saved_model", "--max_seq_length=8"],
+      "tfhub": ["-m", "export.export_tfhub", "--seq_length=8"],
+      "huggingface": ["-m", "export.export_checkpoint", "--format=huggingface"],
+      "google_tf1": ["-m", "export.export_checkpoint", "--format=google_tf1"]}
+  procs = {name: _popen(args + model + [f"--export_dir={tmp_path / name}"])
+           for name, args in exports.items()}
+  for name, p in procs.items():
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, (name, err[-3000:])
+  assert (tmp_path / "tfhub" / "encoder").is_dir()
+  assert os.listdir(tmp_path / "saved_model") == ["1"]
+  config = json.load(open(tmp_path / "huggingface" / "config.json"))
+  assert config["architectures"] == ["BertForMaskedLM"], config
+  reader = tf.train.load_checkpoint(str(tmp_path / "google_tf1" /
+                                        "bert_model.ckpt"))
+  names = reader.get_variable_to_shape_map()
+  assert "cls/predictions/output_bias" in names
+  assert not [n for n in names if n.startswith("cls/seq_relationship")]

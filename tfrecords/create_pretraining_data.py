@@ -64,6 +64,7 @@ class JobConfig:
   dupe_factor: int = 10
   masked_lm_prob: float = 0.15
   short_seq_prob: float = 0.1
+  next_sentence_prediction: bool = True
   num_workers: int = 0
   compression: str = ""  # "" or "GZIP"
   window_tokens: int = 1 << 18
@@ -318,7 +319,9 @@ def main(argv):
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
         masked_lm_prob=FLAGS.masked_lm_prob,
-        short_seq_prob=FLAGS.short_seq_prob, num_workers=num_workers,
+        short_seq_prob=FLAGS.short_seq_prob,
+        next_sentence_prediction=FLAGS.next_sentence_prediction,
+        num_workers=num_workers,
         compression="" if FLAGS.compression == "none" else FLAGS.compression,
         window_tokens=FLAGS.window_tokens)
     for path in config.output_files:

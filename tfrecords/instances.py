@@ -17,6 +17,14 @@ import TensorFlow):
     are predicted: 80% become [MASK], 10% a random vocabulary id, 10% stay;
     with do_whole_word_mask, a word and its `##` pieces are chosen together.
 
+With next_sentence_prediction=False (RoBERTa's FULL-SENTENCES), instances are
+instead whole sentences packed in order up to max_seq_length - 2 tokens,
+`[CLS] s1 s2 ... [SEP]`, crossing document boundaries (within a window) with
+a [SEP] between two documents; no B segment (segment_ids all 0), no random
+next draw, next_sentence_labels 0. A sentence longer than the room left
+starts the next instance; one longer than a whole instance is cut to it.
+short_seq_prob still draws shorter targets.
+
 Differences from the original, by design (documented in
 docs/pretraining-data.md): the "other document" is drawn from the same window of documents instead of the
 whole corpus, and instances are shuffled within a window instead of globally,
@@ -56,6 +64,7 @@ class InstanceOptions:
   dupe_factor: int = 10
   random_seed: int = 12345
   do_whole_word_mask: bool = False
+  next_sentence_prediction: bool = True
   # bool [vocab_size]: the id is a "##" continuation piece (whole-word mask).
   continuation: np.ndarray = None
 
@@ -102,7 +111,7 @@ class InstanceOptions:
 # The original's flags that InstanceOptions holds, by the same names.
 FLAG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
                "short_seq_prob", "dupe_factor", "random_seed",
-               "do_whole_word_mask")
+               "do_whole_word_mask", "next_sentence_prediction")
 
 
 @dataclasses.dataclass
@@ -279,6 +288,67 @@ def _segments(window, options, dupe, out):
       chunk_start = i + 1
 
 
+def _packed(window, options, dupe, out):
+  """One dupe pass of FULL-SENTENCES packing: appends (start, length, 0, 0,
+  0) per instance, a span of window.tokens; the [SEP]s between documents
+  inside it are added by `_assemble_packed` (and counted here)."""
+  rnd = random.Random(int(_seed(options, window.index, _BUILD, dupe)
+                          .generate_state(1, np.uint64)[0]))
+  max_num_tokens = options.max_seq_length - 2
+
+  def target():
+    if rnd.random() < options.short_seq_prob:
+      return rnd.randint(2, max_num_tokens)
+    return max_num_tokens
+
+  starts = np.cumsum(window.sentence_lengths) - window.sentence_lengths
+  doc_of = np.repeat(np.arange(len(window.document_sizes)),
+                     window.document_sizes)
+  start = None  # token where the open instance starts
+  for first, n, doc in zip(starts.tolist(), window.sentence_lengths.tolist(),
+                           doc_of.tolist()):
+    if start is not None:
+      room = limit - used - (doc != last_doc)  # a [SEP] before a new document
+      if n <= room:
+        used += n + (doc != last_doc)
+        end, last_doc = first + n, doc
+        continue
+      out.append((start, end - start, 0, 0, 0))
+    limit = target()
+    if n >= limit:  # a sentence fills an instance by itself (cut to fit)
+      out.append((first, limit, 0, 0, 0))
+      start = None
+      continue
+    start, end, used, last_doc = first, first + n, n, doc
+  if start is not None:
+    out.append((start, end - start, 0, 0, 0))
+
+
+def _assemble_packed(window, spans, options):
+  """Packed spans [N, 5] -> (input_ids, segment_ids, input_mask, candidate)
+  [N, L]: `[CLS] tokens [SEP]`, a [SEP] before each document start inside."""
+  length = options.max_seq_length
+  n = len(spans)
+  ids = np.zeros((n, length), np.int32)
+  candidate = np.zeros((n, length), bool)
+  input_mask = np.zeros((n, length), np.int32)
+  doc_starts = np.cumsum(np.add.reduceat(
+      window.sentence_lengths,
+      np.cumsum(window.document_sizes) - window.document_sizes))[:-1]
+  for row, (start, size) in enumerate(spans[:, :2].tolist()):
+    inner = doc_starts[(doc_starts > start) & (doc_starts < start + size)]
+    tokens = window.tokens[start:start + size]
+    where = np.arange(size) + 1 + np.searchsorted(inner, np.arange(size) + start,
+                                                  side="right")
+    total = size + len(inner) + 2
+    ids[row, :total] = options.sep_id
+    ids[row, 0] = options.cls_id
+    ids[row, where] = tokens
+    candidate[row, where] = True
+    input_mask[row, :total] = 1
+  return ids, np.zeros_like(ids), input_mask, candidate
+
+
 def _assemble(window, spans, options):
   """Spans [N, 5] -> (input_ids, segment_ids, input_mask, candidate) [N, L]."""
   a_start, a_len, b_start, b_len = (spans[:, k:k + 1].astype(np.int32)
@@ -319,6 +389,10 @@ def _choose_positions(candidate, num_to_predict, rng, options, ids):
       taken = (chosen[:, :step] == t[:, None]).any(axis=1)
       chosen[:, step] = np.where(step < k, np.where(taken, top, t), length)
     chosen.sort(axis=1)
+    if not options.next_sentence_prediction:  # candidates anywhere
+      candidate_positions = np.argsort(~candidate, axis=1, kind="stable")
+      return np.where(chosen < length, np.take_along_axis(
+          candidate_positions, np.minimum(chosen, length - 1), 1), length)
     return np.where(chosen < length,
                     chosen + 1 + (chosen >= a_len[:, None]), length)
   # Whole words: a piece continues the word before it when it is a "##"
@@ -361,7 +435,10 @@ def instance_batches(window, options):
   """
   spans = []
   for dupe in range(options.dupe_factor):
-    _segments(window, options, dupe, spans)
+    if options.next_sentence_prediction:
+      _segments(window, options, dupe, spans)
+    else:
+      _packed(window, options, dupe, spans)
   spans = np.asarray(spans, np.int64).reshape(-1, 5)
   shuffle = np.random.default_rng(_seed(options, window.index, _SHUFFLE))
   spans = spans[shuffle.permutation(len(spans))]
@@ -380,7 +457,9 @@ def build_instances(window, options):
 
 def _masked(window, spans, options, rng):
   """Spans -> finished Instances: assembled, then masked."""
-  ids, segment_ids, input_mask, candidate = _assemble(window, spans, options)
+  assemble = (_assemble if options.next_sentence_prediction
+              else _assemble_packed)
+  ids, segment_ids, input_mask, candidate = assemble(window, spans, options)
   n_tokens = input_mask.sum(axis=1)
   num_to_predict = np.minimum(
       options.max_predictions_per_seq,

@@ -37,6 +37,12 @@ def define_flags(output_file_help, num_output_shards_help):
                      "Probability of creating sequences which are shorter than the "
                      "maximum length.")
   # New in this implementation.
+  flags.DEFINE_bool("next_sentence_prediction", True,
+                    "False: RoBERTa's FULL-SENTENCES instances for training "
+                    "without NSP: whole sentences packed up to "
+                    "max_seq_length - 2 tokens, crossing documents with a "
+                    "[SEP] between them, one segment, next_sentence_labels "
+                    "written as 0.")
   flags.DEFINE_integer("num_output_shards", 1, num_output_shards_help)
   flags.DEFINE_enum("compression", "none", ["none", "GZIP"],
                     "Compression of the output TFRecord files.")

@@ -241,6 +241,34 @@ def compression_of(path):
     return "GZIP" if f.read(2) == b"\x1f\x8b" else ""
 
 
+def _first_example(path):
+  """The first record of a TFRecord file as a tf.train.Example; ValueError
+  (one sentence) when the file is unreadable or empty."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    records = tf.data.TFRecordDataset(
+        path, compression_type=compression_of(path)).take(1)
+    first = [r.numpy() for r in records]
+  except (tf.errors.OpError, OSError) as e:
+    raise ValueError(f"Cannot read TFRecord file {path} ({type(e).__name__}); "
+                     "pass a file written by create_pretraining_data.py.") from None
+  if not first:
+    raise ValueError(f"TFRecord file {path} holds no records; regenerate it "
+                     "with create_pretraining_data.py.")
+  return tf.train.Example.FromString(first[0])
+
+
+def record_predictions(path):
+  """max_predictions_per_seq of a TFRecord file (its first record's
+  masked_lm_positions length); ValueError when it has none."""
+  feature = _first_example(path).features.feature
+  if "masked_lm_positions" not in feature:
+    raise ValueError(f"TFRecord file {path} lacks the feature "
+                     "masked_lm_positions; pass a file written by "
+                     "create_pretraining_data.py.")
+  return len(feature["masked_lm_positions"].int64_list.value)
+
+
 def check_framing(path):
   """Walks an uncompressed local TFRecord file's frames (headers only).
 

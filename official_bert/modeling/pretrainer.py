@@ -122,17 +122,17 @@ def pretraining_losses(labels, outputs):
     outputs: the dict `BertPretrainer` returns.
 
   Returns:
-    dict `masked_lm_loss`, `next_sentence_loss` (0 without the head) and
-    `loss` (their sum), float32 scalars.
+    dict `masked_lm_loss`, `next_sentence_loss` (absent without the head)
+    and `loss` (their sum), float32 scalars.
   """
   weights = ops.cast(labels["masked_lm_weights"], "float32")
   mlm_ce = _cross_entropy(labels["masked_lm_ids"], outputs["mlm_logits"])
   mlm_loss = ops.sum(weights * mlm_ce) / (ops.sum(weights) + 1e-5)
-  nsp_loss = ops.zeros((), "float32")
-  if "next_sentence_logits" in outputs:
-    nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
-    nsp_loss = ops.mean(_cross_entropy(nsp_labels,
-                                       outputs["next_sentence_logits"]))
+  if "next_sentence_logits" not in outputs:
+    return {"masked_lm_loss": mlm_loss, "loss": mlm_loss}
+  nsp_labels = ops.reshape(labels["next_sentence_labels"], (-1,))
+  nsp_loss = ops.mean(_cross_entropy(nsp_labels,
+                                     outputs["next_sentence_logits"]))
   return {"masked_lm_loss": mlm_loss, "next_sentence_loss": nsp_loss,
           "loss": mlm_loss + nsp_loss}
 

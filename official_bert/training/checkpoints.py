@@ -33,7 +33,9 @@ def resolve(path):
   """A checkpoint prefix for `path`: a prefix itself or a directory's latest.
 
   A directory without a `checkpoint` index file resolves to the
-  `bert_model.ckpt` in it (google-research/bert's released model folders).
+  `bert_model.ckpt` in it (google-research/bert's released model folders);
+  a fine-tuning output_dir with a best checkpoint (`best/`, kept by
+  --eval_every_steps: best_checkpoint.py) resolves to that one.
   """
   # Local paths (blocked_by skips gs:// and the like): say what hides the
   # checkpoint, not "not found".
@@ -45,6 +47,9 @@ def resolve(path):
     raise ValueError(f"checkpoint directory {path} is not readable; check "
                      "its permissions")
   if tf.io.gfile.isdir(path):
+    best = os.path.join(path, "best")
+    if tf.io.gfile.isdir(best) and tf.train.latest_checkpoint(best):
+      return tf.train.latest_checkpoint(best)
     latest = tf.train.latest_checkpoint(path)
     released = os.path.join(path, "bert_model.ckpt")
     if latest is None and tf.io.gfile.exists(released + ".index"):

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from official_bert import cli
 from official_bert.data import features
+from official_bert.training import dynamic_masking
 
 
 def resolve_input_files(patterns):
@@ -73,7 +74,8 @@ def _decode(record, spec):
 
 def pretraining_dataset(files, batch_size, max_seq_length,
                         max_predictions_per_seq, is_training,
-                        input_context=None, seed=None, shuffle_buffer=1000):
+                        input_context=None, seed=None, shuffle_buffer=1000,
+                        masking=None):
   """The dataset of one input pipeline (see the module docstring).
 
   Args:
@@ -86,33 +88,63 @@ def pretraining_dataset(files, batch_size, max_seq_length,
       pipelines, else its own records.
     seed: shuffle seed (same seed -> same order).
     shuffle_buffer: records held for shuffling.
+    masking: `dynamic_masking.MaskingOptions` to draw fresh masks in training
+      (keyed by its seed, the record and the epoch); None reads the records'
+      masks. Evaluation always reads the records' masks. The record order
+      is the same either way.
   """
   spec = features.feature_spec(max_seq_length, max_predictions_per_seq)
   compression = features.compression_of(files[0])
-  dataset = tf.data.Dataset.from_tensor_slices(list(files))
+  dynamic = masking is not None and is_training
+  # (file, its index in `files`): the index is part of a record's mask key.
+  dataset = tf.data.Dataset.from_tensor_slices(
+      (list(files), tf.range(len(files), dtype=tf.int64)))
   shard_records = False
+  pipeline_files = len(files)
   if input_context and input_context.num_input_pipelines > 1:
     if len(files) >= input_context.num_input_pipelines:
       dataset = dataset.shard(input_context.num_input_pipelines,
                               input_context.input_pipeline_id)
+      pipeline_files = len(files[input_context.input_pipeline_id::
+                                 input_context.num_input_pipelines])
     else:
       shard_records = True
+
+  def read(file, file_index, epoch):
+    records = tf.data.TFRecordDataset(file, compression_type=compression)
+    if not dynamic:
+      return records
+    # (record, file index, record index in the file, epoch)
+    return records.enumerate().map(
+        lambda index, record: (record, file_index, index, epoch))
+
   if is_training:
-    dataset = dataset.shuffle(len(files), seed=seed).repeat()
+    dataset = dataset.shuffle(pipeline_files, seed=seed).repeat()
+    # The n-th file read is in pass n // files over this pipeline's files.
+    dataset = dataset.enumerate().map(
+        lambda n, pair: (pair[0], pair[1], n // pipeline_files))
     dataset = dataset.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
-        cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=seed is not None)
+        read, cycle_length=min(4, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=seed is not None)
   else:
-    dataset = dataset.flat_map(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression))
+    dataset = dataset.flat_map(lambda file, index: read(file, index, 0))
   if shard_records:
     dataset = dataset.shard(input_context.num_input_pipelines,
                             input_context.input_pipeline_id)
   if is_training:
     dataset = dataset.shuffle(shuffle_buffer, seed=seed)
-  dataset = dataset.map(lambda r: _decode(r, spec),
-                        num_parallel_calls=tf.data.AUTOTUNE,
+  if dynamic:
+    continuation = dynamic_masking.continuation_table(masking)
+
+    def decode(record, file_index, record_index, epoch):
+      inputs, labels = _decode(record, spec)
+      key = dynamic_masking.record_key(masking.seed, epoch, file_index,
+                                       record_index)
+      return dynamic_masking.mask_example(inputs, labels, key, masking,
+                                          continuation)
+  else:
+    decode = lambda r: _decode(r, spec)  # pylint: disable=unnecessary-lambda-assignment
+  dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE,
                         deterministic=True)
   # Fixed shapes (the TPU needs them, XLA prefers them): drop the remainder
   # in training; evaluation keeps every record.
@@ -121,7 +153,8 @@ def pretraining_dataset(files, batch_size, max_seq_length,
 
 
 def pretraining_dataset_fn(files, global_batch_size, max_seq_length,
-                           max_predictions_per_seq, is_training, seed=None):
+                           max_predictions_per_seq, is_training, seed=None,
+                           masking=None):
   """A `dataset_fn(input_context)` for `distribute_datasets_from_function`."""
 
   def dataset_fn(input_context=None):
@@ -130,6 +163,6 @@ def pretraining_dataset_fn(files, global_batch_size, max_seq_length,
       batch = input_context.get_per_replica_batch_size(global_batch_size)
     return pretraining_dataset(
         files, batch, max_seq_length, max_predictions_per_seq, is_training,
-        input_context=input_context, seed=seed)
+        input_context=input_context, seed=seed, masking=masking)
 
   return dataset_fn

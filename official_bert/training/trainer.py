@@ -73,6 +73,8 @@ class TrainConfig:
   gradient_accumulation_steps: micro-batches per step.
   jit_compile: compile the step with XLA.
   keep_checkpoints: checkpoints kept (older ones deleted).
+  eval_every_steps: inner loops also end at multiples of this (and
+    `train`'s `after_loop` runs there and at the end); 0 = never.
   """
   output_dir: str
   num_train_steps: int
@@ -82,16 +84,19 @@ class TrainConfig:
   gradient_accumulation_steps: int = 1
   jit_compile: bool = False
   keep_checkpoints: int = 5
+  eval_every_steps: int = 0
 
 
 @dataclasses.dataclass
 class TrainResult:
   """What `train` did: the step reached, the last loop's metrics, and every
-  loop's metrics (with `step` and `seconds`) in `history`."""
+  loop's metrics (with `step` and `seconds`) in `history`; `early_stopped`
+  when `after_loop` stopped it."""
   step: int
   metrics: dict
   preempted: bool = False
   history: list = dataclasses.field(default_factory=list)
+  early_stopped: bool = False
 
 
 def accuracies(sums):
@@ -161,26 +166,31 @@ class Trainer:
     return self.checkpoints.save(int(self.step.numpy()))
 
   # ------------------------------------------------------------- train ----
-  def train_or_exit(self, dataset_fn, global_batch_size=None):
+  def train_or_exit(self, dataset_fn, global_batch_size=None,
+                    after_loop=None):
     """`train` for command-line programs: a NaN/Inf loss is one line on
     stderr and exit status 1 (the last good checkpoint stays)."""
     try:
-      return self.train(dataset_fn, global_batch_size=global_batch_size)
+      return self.train(dataset_fn, global_batch_size=global_batch_size,
+                        after_loop=after_loop)
     except NonFiniteLossError as e:
       print(f"Error: {e}", file=sys.stderr)
       sys.exit(1)
 
-  def train(self, dataset_fn, global_batch_size=None):
+  def train(self, dataset_fn, global_batch_size=None, after_loop=None):
     """Trains from the current step to num_train_steps. Returns TrainResult.
 
     A SIGTERM during the call stops it at the next loop boundary with a
     checkpoint; unless the program installed the handler for its whole run,
     the signal then has its usual effect (`preemption.handled()`).
+    `after_loop(step) -> (metrics to show, stop)` runs at every multiple of
+    eval_every_steps and at the last step, before the progress line (which
+    shows its metrics); `stop` ends training there with a checkpoint.
     """
     with preemption.handled():
-      return self._train(dataset_fn, global_batch_size)
+      return self._train(dataset_fn, global_batch_size, after_loop)
 
-  def _train(self, dataset_fn, global_batch_size):
+  def _train(self, dataset_fn, global_batch_size, after_loop=None):
     config = self.config
     start = step = int(self.step.numpy())
     if start >= config.num_train_steps:
@@ -202,11 +212,22 @@ class Trainer:
       step = metrics["step"]
       if not history:  # the ETA counts from the first timed step
         t_start, timed_from = time.time() - metrics["seconds"], step - timed_steps
+      finished = step >= config.num_train_steps
+      stop = False
+      if after_loop is not None and (finished or (
+          config.eval_every_steps and step % config.eval_every_steps == 0)):
+        shown, stop = after_loop(step)
+        metrics.update(shown)
       history.append(metrics)
       self._report(metrics, t_start, timed_from, writer)
       # Every worker takes the same decision here: a save is collective.
       terminate = self._preemption.any_requested()
-      finished = step >= config.num_train_steps
+      if stop and not finished:
+        finished = True
+        path = self.save()
+        if self.is_chief:
+          self.log(f"Saved checkpoint {path}")
+        return TrainResult(step, _last_metrics(history), False, history, True)
       if step % config.save_checkpoints_steps == 0 or finished or terminate:
         path = self.save()
         if self.is_chief:
@@ -249,8 +270,12 @@ class Trainer:
     config = self.config
     next_save = (step // config.save_checkpoints_steps + 1) * (
         config.save_checkpoints_steps)
-    return min(config.steps_per_loop, config.num_train_steps - step,
-               next_save - step)
+    length = min(config.steps_per_loop, config.num_train_steps - step,
+                 next_save - step)
+    if config.eval_every_steps:
+      every = config.eval_every_steps
+      length = min(length, (step // every + 1) * every - step)
+    return length
 
   def _run_loop(self, iterator, num_steps, global_batch_size, warm_up=False):
     """Runs one inner loop; its mean losses, accuracies, learning rate, rate,

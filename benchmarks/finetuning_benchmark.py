@@ -1,0 +1,379 @@
+"""Fine-tuning: official_bert's programs vs Hugging Face `Trainer`, in turns.
+
+The same weights (a BERT initialised at random in Hugging Face, 6 layers,
+H384, A6, I1536 by default, converted to ours with convert_checkpoint), the
+same token ids (our tokenizer, the same vocab), the same hyperparameters
+(batch 32, learning rate, epochs, warmup 10%, weight decay 0.01, clipping
+1.0, dropout 0.1, seed), on three tasks:
+
+  short   real short sentences of the Python docs (../shared/data), an
+          SST-2-like rule label (a negative or error word in it), seq 128;
+  long    texts near 128 WordPieces (consecutive sentences of a document),
+          labelled by the half of the docs they come from, seq 128;
+  squad   the pydocs SQuAD task (tools/squad_task.py), windows of 384.
+
+Ours is the user's command (`run_classifier`, `run_squad`: every batch
+padded to its longest example, the original's AdamWeightDecay update);
+Hugging Face's is `Trainer` with its defaults (`DataCollatorWithPadding`:
+each batch padded to its longest; torch AdamW). Per task and side: training
+time and examples/s (ours from the program's "Trained steps" line: it
+includes tracing the step, as a user waits for it; HF's `train_runtime`),
+prediction examples/s (the test split; ours from the program's line, HF's
+`predict` + the same postprocessing for SQuAD), the dev metric, and the
+ratios ours/HF. Tasks run one after the other, each side in turn:
+
+    python -m benchmarks.finetuning_benchmark     # 24 min on 2 cores at load 5-8
+    python -m benchmarks.finetuning_benchmark --tasks=short --train_examples=4000
+    python -m benchmarks.finetuning_benchmark --model=base     # BERT-Base size
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+flags.DEFINE_list("tasks", ["short", "long", "squad"], "Tasks to run.")
+flags.DEFINE_enum("model", "small", ["small", "base"], "small: L6 H384 A6 "
+                  "I1536; base: BERT-Base (L12 H768 A12 I3072).")
+flags.DEFINE_integer("train_examples", 2048, "Training examples of short "
+                     "(a multiple of 32: the same steps both ways).")
+flags.DEFINE_integer("predict_examples", 1024, "Dev/test examples of "
+                     "short.")
+flags.DEFINE_integer("long_train", 512, "Training examples of long.")
+flags.DEFINE_integer("long_predict", 256, "Dev/test examples of long.")
+flags.DEFINE_integer("squad_train", 256, "SQuAD training questions.")
+flags.DEFINE_integer("squad_predict", 128, "SQuAD dev questions.")
+flags.DEFINE_float("epochs", 1.0, "Training epochs.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate, both sides.")
+flags.DEFINE_integer("batch_size", 32, "Training and prediction batch.")
+flags.DEFINE_integer("seed", 12345, "Seed of both sides.")
+flags.DEFINE_list("ours_flags", [], "Extra flags for our programs, e.g. "
+                  "--ours_flags=--nodynamic_padding.")
+
+FLAGS = flags.FLAGS
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SIZES = {"small": dict(hidden_size=384, num_hidden_layers=6,
+                       num_attention_heads=6, intermediate_size=1536),
+         "base": dict(hidden_size=768, num_hidden_layers=12,
+                      num_attention_heads=12, intermediate_size=3072)}
+NEGATIVE = {"not", "no", "never", "cannot", "error", "errors", "fail",
+            "fails", "failed", "failure", "deprecated", "invalid", "raise",
+            "raises", "raised", "exception", "warning", "unless", "without"}
+
+
+def _load():
+  return os.getloadavg()[0]
+
+
+# ------------------------------------------------------------------ data ----
+def classification_data(kind, tokenizer, n_train, n_predict, seed):
+  """(train, dev) lists of (text, label) of the short or long task."""
+  import random  # pylint: disable=g-import-not-at-top
+  from tools import corpus  # pylint: disable=g-import-not-at-top
+  docs = corpus.documents()
+  rng = random.Random(seed)
+  rows = []
+  if kind == "short":
+    for doc in docs:
+      for s in doc:
+        if 4 <= len(s.split()) <= 60 and "\t" not in s:
+          words = set(re.findall(r"[a-z']+", s.lower()))
+          rows.append((s, "1" if words & NEGATIVE else "0"))
+  else:  # consecutive sentences up to 118..126 pieces
+    for i, doc in enumerate(docs):
+      label = "1" if i < len(docs) // 2 else "0"
+      text, pieces = [], 0
+      doc = [s for s in doc if "\t" not in s]
+      if not doc:
+        continue
+      counts = tokenizer.tokenize(doc).row_lengths().numpy()
+      for s, n in zip(doc, counts):
+        if pieces + n > 126:
+          if pieces >= 118:
+            rows.append((" ".join(text), label))
+          text, pieces = [], 0
+          if n > 126:
+            continue
+        text.append(s)
+        pieces += n
+  rng.shuffle(rows)
+  need = n_train + n_predict
+  if len(rows) < need:
+    raise app.UsageError(f"the corpus has {len(rows)} {kind} texts, fewer "
+                         f"than {need}; lower --train_examples or "
+                         "--predict_examples.")
+  return rows[:n_train], rows[n_train:need]
+
+
+def write_tsv(path, rows, with_label=True):
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("sentence\tlabel\n" if with_label else "sentence\n")
+    for text, label in rows:
+      f.write(f"{text}\t{label}\n" if with_label else f"{text}\n")
+
+
+# ------------------------------------------------------------------ ours ----
+def run_ours(args, what):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  load = _load()
+  proc = subprocess.run([sys.executable, "-m"] + args + FLAGS.ours_flags,
+                        cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
+  if proc.returncode:
+    raise RuntimeError(f"{what} failed:\n{proc.stdout[-3000:]}")
+  train = re.search(r"Trained steps \d+\.\.\d+ .* in ([0-9.]+) s", proc.stdout)
+  predict = re.search(r"(\d+) (?:test )?predictions in ([0-9.]+) s",
+                      proc.stdout)
+  # The steady rate: the progress lines' seq/s (they leave out the first,
+  # tracing step), as a harmonic mean (the loops have equal steps).
+  rates = [float(r) for r in re.findall(r"step \d+/\d+ .* ([0-9.]+) seq/s",
+                                        proc.stdout)]
+  return {"train_s": float(train.group(1)),
+          "steady_rate": len(rates) / sum(1 / r for r in rates),
+          "predict_n": int(predict.group(1)),
+          "predict_s": float(predict.group(2)), "load": load}
+
+
+def common_flags(work, lr):
+  return [f"--bert_config_file={work}/ours/bert_config.json",
+          f"--vocab_file={work}/ours/vocab.txt",
+          f"--init_checkpoint={work}/ours", f"--learning_rate={lr}",
+          f"--num_train_epochs={FLAGS.epochs}",
+          f"--train_batch_size={FLAGS.batch_size}",
+          f"--predict_batch_size={FLAGS.batch_size}",
+          f"--seed={FLAGS.seed}", "--steps_per_loop=10",
+          "--save_checkpoints_steps=100000", "--do_train", "--do_predict"]
+
+
+# -------------------------------------------------------------------- HF ----
+def hf_trainer(model, train, work, num_examples, collator):
+  import math  # pylint: disable=g-import-not-at-top
+  from transformers import Trainer, TrainingArguments  # pylint: disable=g-import-not-at-top
+  steps = math.ceil(num_examples / FLAGS.batch_size) * FLAGS.epochs
+  args = TrainingArguments(
+      output_dir=os.path.join(work, "hf_out"), report_to=[],
+      per_device_train_batch_size=FLAGS.batch_size,
+      per_device_eval_batch_size=FLAGS.batch_size,
+      learning_rate=FLAGS.learning_rate, num_train_epochs=FLAGS.epochs,
+      warmup_steps=int(steps * 0.1), weight_decay=0.01, max_grad_norm=1.0,
+      seed=FLAGS.seed, save_strategy="no", logging_strategy="no",
+      disable_tqdm=True, use_cpu=True)
+  return Trainer(model=model, args=args, train_dataset=train,
+                 data_collator=collator)
+
+
+def hf_features(inputs, extra=None):
+  """Our encoded arrays as HF features, without the padding (the collator
+  pads each batch to its longest)."""
+  rows = []
+  for i in range(len(inputs["input_mask"])):
+    n = int(inputs["input_mask"][i].sum())
+    row = {"input_ids": inputs["input_word_ids"][i][:n].tolist(),
+           "token_type_ids": inputs["input_type_ids"][i][:n].tolist(),
+           "attention_mask": [1] * n}
+    for key, values in (extra or {}).items():
+      row[key] = int(values[i])
+    rows.append(row)
+  return rows
+
+
+def timed(fn):
+  load = _load()
+  t0 = time.time()
+  out = fn()
+  return out, time.time() - t0, load
+
+
+# ------------------------------------------------------------------ tasks ----
+def classification_task(kind, work, tokenizer, collator, hf_dir):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import BertForSequenceClassification  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
+  sizes = ((FLAGS.train_examples, FLAGS.predict_examples) if kind == "short"
+           else (FLAGS.long_train, FLAGS.long_predict))
+  train, dev = classification_data(kind, tokenizer, *sizes, FLAGS.seed)
+  task = os.path.join(work, kind)
+  os.makedirs(task, exist_ok=True)
+  write_tsv(os.path.join(task, "train.tsv"), train)
+  write_tsv(os.path.join(task, "dev.tsv"), dev)
+  write_tsv(os.path.join(task, "test.tsv"), dev, with_label=False)
+  columns = classifier_data.Columns("sentence", None, "label")
+  encoded = {}
+  for split in ("train", "dev"):
+    examples = classifier_data.read_examples(
+        os.path.join(task, f"{split}.tsv"), columns)
+    encoded[split] = (classifier_data.encode(examples, tokenizer, 128),
+                      np.array([int(e.label) for e in examples]))
+  lengths = encoded["train"][0]["input_mask"].sum(1)
+  info = (f"{len(train)} train, {len(dev)} dev; pieces mean "
+          f"{lengths.mean():.0f}, p95 {np.percentile(lengths, 95):.0f}, "
+          f"label 1: {np.mean(encoded['train'][1]):.2f}")
+
+  out = os.path.join(work, f"{kind}_ours")
+  ours = run_ours(["official_bert.run_classifier", f"--task_data_dir={task}",
+                   f"--output_dir={out}", "--do_eval",
+                   f"--eval_batch_size={FLAGS.batch_size}",
+                   "--max_seq_length=128"]
+                  + common_flags(work, FLAGS.learning_rate), "run_classifier")
+  with open(os.path.join(out, "eval_results.txt")) as f:
+    ours["metric"] = float(re.search(r"eval_accuracy = ([0-9.]+)",
+                                     f.read()).group(1))
+
+  torch.manual_seed(FLAGS.seed)
+  model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=2)
+  trainer = hf_trainer(model, hf_features(*encoded["train"][:1],
+                                          {"labels": encoded["train"][1]}),
+                       work, len(train), collator)
+  result, train_s, load = timed(trainer.train)
+  prediction, predict_s, _ = timed(
+      lambda: trainer.predict(hf_features(encoded["dev"][0])))
+  accuracy = float(np.mean(prediction.predictions.argmax(-1)
+                           == encoded["dev"][1]))
+  hf = {"train_s": train_s, "predict_s": predict_s, "predict_n": len(dev),
+        "metric": accuracy, "load": load}
+  del result
+  return info, "accuracy", len(train), ours, hf
+
+
+def squad_task(work, tokenizer, collator, hf_dir):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import BertForQuestionAnswering  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
+  from tools import squad_task as squad_tool  # pylint: disable=g-import-not-at-top
+  task = os.path.join(work, "squad")
+  splits = squad_tool.write_task(task, max_train=FLAGS.squad_train,
+                                 max_dev=FLAGS.squad_predict)
+  train_examples = squad.read_squad_examples(
+      os.path.join(task, "train.json"), True, False)
+  dev_examples = squad.read_squad_examples(
+      os.path.join(task, "dev.json"), False, False)
+  import random  # pylint: disable=g-import-not-at-top
+  random.Random(FLAGS.seed).shuffle(train_examples)  # as run_squad
+  features = {
+      "train": squad.convert_examples_to_features(
+          train_examples, tokenizer, 384, 128, 64, True),
+      "dev": squad.convert_examples_to_features(
+          dev_examples, tokenizer, 384, 128, 64, False)}
+  lengths = np.array([sum(f.input_mask) for f in features["train"]])
+  info = (f"{len(train_examples)} train questions -> "
+          f"{len(features['train'])} windows, {len(dev_examples)} dev "
+          f"questions -> {len(features['dev'])} windows; pieces mean "
+          f"{lengths.mean():.0f}, p95 {np.percentile(lengths, 95):.0f}")
+
+  out = os.path.join(work, "squad_ours")
+  ours = run_ours(["official_bert.run_squad", f"--output_dir={out}",
+                   f"--train_file={task}/train.json",
+                   f"--predict_file={task}/dev.json", "--max_seq_length=384"]
+                  + common_flags(work, FLAGS.learning_rate), "run_squad")
+  with open(os.path.join(out, "eval_results.txt")) as f:
+    ours["metric"] = float(re.search(r"^f1 = ([0-9.]+)", f.read(),
+                                     re.M).group(1))
+
+  torch.manual_seed(FLAGS.seed)
+  model = BertForQuestionAnswering.from_pretrained(hf_dir)
+  inputs, labels = squad.feature_arrays(features["train"], True)
+  trainer = hf_trainer(model, hf_features(inputs, labels), work,
+                       len(features["train"]), collator)
+  _, train_s, load = timed(trainer.train)
+
+  def predict():
+    dev_inputs = squad.feature_arrays(features["dev"])
+    out = trainer.predict(hf_features(dev_inputs)).predictions
+    starts, ends = out  # padded to each batch's longest by -100: fill
+    full = np.full((len(features["dev"]), 384), -1e4, np.float32)
+    s, e = full.copy(), full.copy()
+    s[:, :starts.shape[1]] = np.where(starts == -100, -1e4, starts)
+    e[:, :ends.shape[1]] = np.where(ends == -100, -1e4, ends)
+    predictions, _, _ = squad.postprocess(
+        dev_examples, features["dev"], s.tolist(), e.tolist(),
+        tokenizer.vocab)
+    return predictions
+  predictions, predict_s, _ = timed(predict)
+  f1 = squad_metrics.evaluate_v1(splits["dev"], predictions)["f1"]
+  hf = {"train_s": train_s, "predict_s": predict_s,
+        "predict_n": len(dev_examples), "metric": f1, "load": load}
+  # Steps count questions on our side (as the original), windows on HF's.
+  return info, "f1", (len(train_examples), len(features["train"])), ours, hf
+
+
+# ------------------------------------------------------------------- main ----
+def main(argv):
+  del argv
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import BertConfig, BertForPreTraining  # pylint: disable=g-import-not-at-top
+  from transformers import BertTokenizerFast, DataCollatorWithPadding  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  vocab = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
+  work = tempfile.mkdtemp(prefix="finetuning_benchmark_")
+  try:
+    hf_dir = os.path.join(work, "hf")
+    torch.manual_seed(FLAGS.seed)
+    config = BertConfig(vocab_size=30522, max_position_embeddings=512,
+                        **SIZES[FLAGS.model])
+    BertForPreTraining(config).save_pretrained(hf_dir)
+    shutil.copy(vocab, os.path.join(hf_dir, "vocab.txt"))
+    subprocess.run([sys.executable, "-m", "official_bert.convert_checkpoint",
+                    f"--source={hf_dir}", f"--output_dir={work}/ours"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    tokenizer = tokenization.FullTokenizer(vocab, True)
+    collator = DataCollatorWithPadding(BertTokenizerFast(vocab_file=vocab))
+    print(f"model {FLAGS.model} ({SIZES[FLAGS.model]}), torch "
+          f"{torch.get_num_threads()} threads, {os.cpu_count()} cores, "
+          f"lr {FLAGS.learning_rate}, {FLAGS.epochs} epochs, batch "
+          f"{FLAGS.batch_size}, ours_flags {FLAGS.ours_flags}", flush=True)
+    rows = []
+    for name in FLAGS.tasks:
+      if name == "squad":
+        info, metric, n, ours, hf = squad_task(work, tokenizer, collator,
+                                               hf_dir)
+      else:
+        info, metric, n, ours, hf = classification_task(
+            name, work, tokenizer, collator, hf_dir)
+      n_ours, n_hf = n if isinstance(n, tuple) else (n, n)
+      ours["train_rate"] = n_ours * FLAGS.epochs / ours["train_s"]
+      hf["train_rate"] = n_hf * FLAGS.epochs / hf["train_s"]
+      for side in (ours, hf):
+        side["predict_rate"] = side["predict_n"] / side["predict_s"]
+      # SQuAD: ours takes its steps from the questions (as the original),
+      # HF goes over every window: both rates count windows trained on.
+      if name == "squad":
+        ours["train_rate"] = (int(n_ours / FLAGS.batch_size * FLAGS.epochs)
+                              * FLAGS.batch_size / ours["train_s"])
+      print(f"\n[{name}] {info}", flush=True)
+      for side_name, side in (("ours", ours), ("HF Trainer", hf)):
+        print(f"  {side_name:10s} train {side['train_s']:6.1f} s "
+              f"{side['train_rate']:6.1f} ex/s | predict "
+              f"{side['predict_rate']:6.1f} ex/s | dev {metric} "
+              f"{side['metric']:.3f} | load {side['load']:.2f}", flush=True)
+      ratios = (ours["train_rate"] / hf["train_rate"],
+                ours["predict_rate"] / hf["predict_rate"])
+      print(f"  ours/HF: train {ratios[0]:.2f}x (steady, without the "
+            f"tracing step: {ours['steady_rate'] / hf['train_rate']:.2f}x), "
+            f"predict {ratios[1]:.2f}x", flush=True)
+      rows.append((name, ratios, ours, hf))
+    print("\nsummary: " + json.dumps({
+        name: {"train_x": round(r[0], 2),
+               "train_steady_x": round(o["steady_rate"] / h["train_rate"], 2),
+               "predict_x": round(r[1], 2),
+               "ours_metric": round(o["metric"], 3),
+               "hf_metric": round(h["metric"], 3)}
+        for name, r, o, h in rows}), flush=True)
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,84 @@
+"""The trainer's flags, defined once for every training program.
+
+`run_pretraining` and the fine-tuning programs (through
+`finetuning.define_flags`) define the flags of the loop they share here,
+each with its own defaults where the programs differ on purpose:
+
+  --distribution_strategy, --num_gpus, --num_cpu_devices, --tpu
+  --mixed_precision, --optimizer, --jit_compile, --kernels
+  --steps_per_loop      pretraining 1000 (the original's
+                        iterations_per_loop), fine-tuning 100 (short runs
+                        print more often)
+  --max_grad_norm, --weight_decay, --seed
+  --keep_checkpoint_max pretraining 5, fine-tuning 2
+  and google-research/bert's TPU flags (`tpu_flags`).
+
+    trainer_flags.define(steps_per_loop=1000, keep_checkpoint_max=5)
+"""
+
+from absl import flags
+
+from official_bert import tpu_flags
+
+
+def define(steps_per_loop, keep_checkpoint_max, flag_values=flags.FLAGS):
+  """Defines the shared flags with the calling program's defaults (in
+  `flag_values`, absl's global ones by default)."""
+  fv = flag_values
+  flags.DEFINE_enum("distribution_strategy", "default",
+                    ["default", "one_device", "mirrored",
+                     "multi_worker_mirrored", "tpu"],
+                    "tf.distribute strategy; multi_worker_mirrored reads the "
+                    "cluster from TF_CONFIG.", flag_values=fv)
+  flags.DEFINE_integer("num_gpus", None,
+                       "GPUs for mirrored/one_device (default: all visible; "
+                       "0 = use the CPU devices).", flag_values=fv)
+  flags.DEFINE_integer("num_cpu_devices", 1,
+                       "Split the CPU into this many logical devices (with "
+                       "--distribution_strategy=mirrored --num_gpus=0: "
+                       "replicas on one CPU, for testing).", flag_values=fv)
+  flags.DEFINE_string("tpu", None, "TPU name or grpc:// address for "
+                      "--distribution_strategy=tpu.", flag_values=fv)
+  flags.DEFINE_enum("mixed_precision", "float32",
+                    ["float32", "mixed_bfloat16", "mixed_float16"],
+                    "Compute dtype policy; mixed_float16 adds dynamic loss "
+                    "scaling. Variables stay float32.", flag_values=fv)
+  flags.DEFINE_enum("optimizer", "adamw", ["adamw", "keras_adamw", "lamb"],
+                    "adamw: the original's AdamWeightDecayOptimizer (no bias "
+                    "correction), for which the paper's rates were tuned; "
+                    "keras_adamw: Keras's bias-corrected AdamW; lamb: LAMB "
+                    "(large batches). See training/optimization.py.",
+                    flag_values=fv)
+  flags.DEFINE_bool("jit_compile", False,
+                    "Compile the training step with XLA (one device per "
+                    "process).", flag_values=fv)
+  flags.DEFINE_enum("kernels", "auto", ["auto", "fast", "keras"],
+                    "The model's kernels (official_bert/modeling/kernels.py):"
+                    " auto = keras when XLA compiles the model (--jit_compile,"
+                    " TPUs, the JAX backend), else fast.", flag_values=fv)
+  flags.DEFINE_integer("steps_per_loop", steps_per_loop,
+                       "Steps per tf.function call (between progress "
+                       "lines); the original's iterations_per_loop.",
+                       flag_values=fv)
+  flags.DEFINE_float("max_grad_norm", 1.0,
+                     "Clip the gradient's global norm to this (0 = off).",
+                     flag_values=fv)
+  flags.DEFINE_float("weight_decay", 0.01,
+                     "Decoupled weight decay (not on LayerNorm and biases).",
+                     flag_values=fv)
+  flags.DEFINE_integer("keep_checkpoint_max", keep_checkpoint_max,
+                       "Checkpoints kept in --output_dir.", flag_values=fv)
+  flags.DEFINE_integer("seed", 12345,
+                       "Seed of the weights, dropout, data order (and "
+                       "run_pretraining's dynamic masks).",
+                       flag_values=fv)
+  tpu_flags.define(flag_values=fv)
+
+
+def shared_values(flag_values):
+  """{name: value} of the flags defined here and in `tpu_flags`, for a
+  program's flags.json (absl files them under these modules)."""
+  modules = (__name__, tpu_flags.__name__)
+  return {f.name: f.value
+          for module, module_flags in flag_values.flags_by_module_dict().items()
+          if module in modules for f in module_flags}

@@ -1,0 +1,68 @@
+"""The trainer's flags are defined once (official_bert/trainer_flags.py),
+with each program's deliberate defaults, and reach its flags.json."""
+
+import ast
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests import testing
+
+TRAINER_FLAGS = ("distribution_strategy", "num_gpus", "num_cpu_devices", "tpu",
+                 "mixed_precision", "optimizer", "jit_compile", "kernels",
+                 "steps_per_loop", "max_grad_norm", "weight_decay",
+                 "keep_checkpoint_max", "seed")
+
+
+def _defines(path):
+  """Names of the flags a source file defines."""
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  return {node.args[0].value for node in ast.walk(tree)
+          if isinstance(node, ast.Call)
+          and getattr(node.func, "attr", "").startswith("DEFINE")
+          and node.args and isinstance(node.args[0], ast.Constant)}
+
+
+def test_trainer_flags_are_defined_only_in_trainer_flags():
+  where = {}
+  for package in ("official_bert", "export", "tfrecords"):
+    for dirpath, _, names in os.walk(os.path.join(testing.ROOT, package)):
+      for name in names:
+        if name.endswith(".py"):
+          path = os.path.join(dirpath, name)
+          for flag in _defines(path) & set(TRAINER_FLAGS):
+            where.setdefault(flag, []).append(
+                os.path.relpath(path, testing.ROOT))
+  # The quickstart passes its own --optimizer on to the programs.
+  where.get("optimizer", []).remove("official_bert/quickstart.py")
+  assert where == {flag: ["official_bert/trainer_flags.py"]
+                   for flag in TRAINER_FLAGS}
+
+
+def _defaults(module):
+  env = dict(os.environ, PYTHONPATH=testing.ROOT)
+  out = subprocess.run([sys.executable, "-m", module, "--helpxml"],
+                       cwd=testing.ROOT, env=env, capture_output=True,
+                       text=True, timeout=120).stdout
+  root = ET.fromstring(out[out.index("<?xml"):])
+  return {flag.findtext("name"): flag.findtext("default")
+          for flag in root.iter("flag")}
+
+
+@pytest.mark.parametrize("module, steps_per_loop, kept", [
+    ("official_bert.run_pretraining", "1000", "5"),
+    ("official_bert.run_classifier", "100", "2"),
+    ("official_bert.run_squad", "100", "2"),
+    ("official_bert.run_ner", "100", "2"),
+])
+def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
+                                                 kept):
+  defaults = _defaults(module)
+  assert set(TRAINER_FLAGS) <= set(defaults)
+  assert defaults["steps_per_loop"] == steps_per_loop
+  assert defaults["keep_checkpoint_max"] == kept
+  assert defaults["optimizer"] == "adamw"
