@@ -241,13 +241,14 @@ def compression_of(path):
     return "GZIP" if f.read(2) == b"\x1f\x8b" else ""
 
 
-def _first_example(path):
-  """The first record of a TFRecord file as a tf.train.Example; ValueError
-  (one sentence) when the file is unreadable or empty."""
+def _first_examples(path, num_records=1):
+  """The first `num_records` records of a TFRecord file as
+  tf.train.Examples; ValueError (one sentence) when the file is unreadable
+  or empty."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     records = tf.data.TFRecordDataset(
-        path, compression_type=compression_of(path)).take(1)
+        path, compression_type=compression_of(path)).take(num_records)
     first = [r.numpy() for r in records]
   except (tf.errors.OpError, OSError) as e:
     raise ValueError(f"Cannot read TFRecord file {path} ({type(e).__name__}); "
@@ -255,13 +256,13 @@ def _first_example(path):
   if not first:
     raise ValueError(f"TFRecord file {path} holds no records; regenerate it "
                      "with create_pretraining_data.py.")
-  return tf.train.Example.FromString(first[0])
+  return [tf.train.Example.FromString(record) for record in first]
 
 
 def record_predictions(path):
   """max_predictions_per_seq of a TFRecord file (its first record's
   masked_lm_positions length); ValueError when it has none."""
-  feature = _first_example(path).features.feature
+  feature = _first_examples(path)[0].features.feature
   if "masked_lm_positions" not in feature:
     raise ValueError(f"TFRecord file {path} lacks the feature "
                      "masked_lm_positions; pass a file written by "
@@ -325,18 +326,8 @@ def check_record_lengths(path, max_seq_length, max_predictions_per_seq,
       expected length (or the missing feature, an id out of the vocabulary,
       or an empty/unreadable file).
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  try:
-    records = tf.data.TFRecordDataset(
-        path, compression_type=compression_of(path)).take(num_records)
-    first = [r.numpy() for r in records]
-  except (tf.errors.OpError, OSError) as e:
-    raise ValueError(f"Cannot read TFRecord file {path} ({type(e).__name__}); "
-                     "pass a file written by create_pretraining_data.py.") from None
-  if not first:
-    raise ValueError(f"TFRecord file {path} holds no records; regenerate it "
-                     "with create_pretraining_data.py.")
-  example = tf.train.Example.FromString(first[0])
+  examples = _first_examples(path, num_records)
+  example = examples[0]
   expected = feature_lengths(max_seq_length, max_predictions_per_seq)
   flag_of = {"seq": "--max_seq_length", "pred": "--max_predictions_per_seq"}
   for name, kind, length_key in SCHEMA:
@@ -354,9 +345,8 @@ def check_record_lengths(path, max_seq_length, max_predictions_per_seq,
   if vocab_size is None:
     return
   largest = max(
-      max(tf.train.Example.FromString(record).features.feature[name]
-          .int64_list.value, default=0)
-      for record in first for name in ("input_ids", "masked_lm_ids"))
+      max(e.features.feature[name].int64_list.value, default=0)
+      for e in examples for name in ("input_ids", "masked_lm_ids"))
   if largest >= vocab_size:
     raise ValueError(
         f"TFRecord file {path} holds token id {largest}, but the model's "
