@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -68,20 +67,9 @@ ORIGINAL_FLAGS = {
 }
 
 
-def _defaults(module):
-  """{flag: default} of a program's main-module flags (its --helpxml)."""
-  env = dict(os.environ, PYTHONPATH=testing.ROOT)
-  out = subprocess.run([sys.executable, "-m", module, "--helpxml"],
-                       cwd=testing.ROOT, env=env, capture_output=True,
-                       text=True, timeout=120).stdout
-  root = ET.fromstring(out[out.index("<?xml"):])
-  return {flag.findtext("name"): flag.findtext("default")
-          for flag in root.iter("flag")}
-
-
 @pytest.mark.parametrize("module", sorted(ORIGINAL_FLAGS))
 def test_every_original_flag_exists_with_its_default(module):
-  defaults = _defaults(module)
+  defaults = testing.flag_defaults(module)
   missing = sorted(set(ORIGINAL_FLAGS[module]) - set(defaults))
   assert not missing, f"{module} lacks the original's flags {missing}"
   differ = {name: (defaults[name], want)

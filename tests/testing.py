@@ -149,3 +149,16 @@ def write_tf1_checkpoint(directory, arrays, config):
       saver.save(session, os.path.join(directory, "bert_model.ckpt"))
   config.to_json_file(os.path.join(directory, "bert_config.json"))
   return os.path.join(directory, "bert_model.ckpt")
+
+
+def flag_defaults(module):
+  """{flag: default as text} of every flag a program defines (its
+  --helpxml, run as `python -m module`)."""
+  import xml.etree.ElementTree as ET  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  out = subprocess.run([sys.executable, "-m", module, "--helpxml"],
+                       cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120).stdout
+  root = ET.fromstring(out[out.index("<?xml"):])
+  return {flag.findtext("name"): flag.findtext("default")
+          for flag in root.iter("flag")}

@@ -3,9 +3,6 @@ with each program's deliberate defaults, and reach its flags.json."""
 
 import ast
 import os
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -43,16 +40,6 @@ def test_trainer_flags_are_defined_only_in_trainer_flags():
                    for flag in TRAINER_FLAGS}
 
 
-def _defaults(module):
-  env = dict(os.environ, PYTHONPATH=testing.ROOT)
-  out = subprocess.run([sys.executable, "-m", module, "--helpxml"],
-                       cwd=testing.ROOT, env=env, capture_output=True,
-                       text=True, timeout=120).stdout
-  root = ET.fromstring(out[out.index("<?xml"):])
-  return {flag.findtext("name"): flag.findtext("default")
-          for flag in root.iter("flag")}
-
-
 @pytest.mark.parametrize("module, steps_per_loop, kept", [
     ("official_bert.run_pretraining", "1000", "5"),
     ("official_bert.run_classifier", "100", "2"),
@@ -61,7 +48,7 @@ def _defaults(module):
 ])
 def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
                                                  kept):
-  defaults = _defaults(module)
+  defaults = testing.flag_defaults(module)
   assert set(TRAINER_FLAGS) <= set(defaults)
   assert defaults["steps_per_loop"] == steps_per_loop
   assert defaults["keep_checkpoint_max"] == kept
