@@ -17,8 +17,6 @@ order (shuffle buffer 1, one batch per epoch). What each test would catch:
 """
 
 import os
-import signal
-import time
 
 import numpy as np
 import pytest
@@ -248,13 +246,7 @@ def test_sigkill_mid_epoch_then_rerun_is_byte_identical(setup, tmp_path):
   killed_dir = tmp_path / "killed"
   killed = run_pretraining_test._popen(  # pylint: disable=protected-access
       _dynamic_flags(setup, killed_dir, **flags))
-  deadline = time.time() + 300
-  while not (killed_dir / "checkpoint").exists():
-    assert killed.poll() is None, killed.communicate()[1][-3000:]
-    assert time.time() < deadline
-    time.sleep(0.01)
-  killed.send_signal(signal.SIGKILL)
-  killed.wait()
+  testing.sigkill_after_first_checkpoint(killed, killed_dir)
   first = int(tf.train.latest_checkpoint(str(killed_dir)).rsplit("-", 1)[1])
   assert 2 <= first < 12 and first % 12  # mid-epoch
   resumed = testing.run_cli(_dynamic_flags(setup, killed_dir, **flags))

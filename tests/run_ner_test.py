@@ -6,10 +6,8 @@ one sentence."""
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -61,13 +59,8 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
   # trainer's property, tested with run_pretraining; this checks run_ner
   # resumes at the checkpoint's step and batch.)
   killed = _popen(flags_)
-  deadline = time.time() + 900  # TF start-up can take minutes under load
-  while not (out_dir / "checkpoint").exists():
-    assert killed.poll() is None, killed.communicate()[1][-3000:]
-    assert time.time() < deadline
-    time.sleep(0.01)
-  killed.send_signal(signal.SIGKILL)
-  killed.wait()
+  # 900 s: TF start-up can take minutes under load.
+  testing.sigkill_after_first_checkpoint(killed, out_dir, timeout=900)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   first_prefix = tf.train.latest_checkpoint(str(out_dir))
   first = int(first_prefix.rsplit("-", 1)[1])

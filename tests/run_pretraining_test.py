@@ -129,13 +129,7 @@ def test_sigkill_then_rerun_resumes_to_the_same_weights(setup, tmp_path):
   whole = _popen(_flags(setup, tmp_path / "whole", **flags))
   killed_dir = tmp_path / "killed"
   killed = _popen(_flags(setup, killed_dir, **flags))
-  deadline = time.time() + 300
-  while not (killed_dir / "checkpoint").exists():
-    assert killed.poll() is None, killed.communicate()[1][-3000:]
-    assert time.time() < deadline
-    time.sleep(0.01)
-  killed.send_signal(signal.SIGKILL)
-  killed.wait()
+  testing.sigkill_after_first_checkpoint(killed, killed_dir)
   first = int(tf.train.latest_checkpoint(str(killed_dir)).rsplit("-", 1)[1])
   assert 2 <= first < steps  # killed mid-run, after a checkpoint
   resumed = testing.run_cli(_flags(setup, killed_dir, **flags))

@@ -162,3 +162,17 @@ def flag_defaults(module):
   root = ET.fromstring(out[out.index("<?xml"):])
   return {flag.findtext("name"): flag.findtext("default")
           for flag in root.iter("flag")}
+
+
+def sigkill_after_first_checkpoint(proc, directory, timeout=300):
+  """Waits until `directory` holds a `checkpoint` index (failing if `proc`
+  exits first or `timeout` seconds pass), then SIGKILLs `proc`."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  deadline = time.time() + timeout
+  while not os.path.exists(os.path.join(directory, "checkpoint")):
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    assert time.time() < deadline
+    time.sleep(0.01)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
