@@ -277,7 +277,7 @@ def test_extract_features_config_that_does_not_fit_is_the_last_line(
   testing.tiny_config(num_hidden_layers=1).to_json_file(
       str(tmp_path / "l1.json"))
   checkpoint = os.path.join(testing.TESTDATA, "main_ckpt")  # 2 layers, H=32
-  env = dict(os.environ, PYTHONPATH=testing.ROOT)
+  env = dict(os.environ, PYTHONPATH=testing.CHILD_PATH)
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the warnings a user sees
   procs = {}
   for name in ("h48", "l1"):  # both at once: each imports TensorFlow

@@ -180,7 +180,7 @@ def test_start_tensorflow_prints_no_start_up_block():
           "import tensorflow as tf\nprint('devices', len(tf.config.list_"
           "physical_devices('CPU')), file=sys.stderr)\n")
   env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-  env["PYTHONPATH"] = testing.ROOT
+  env["PYTHONPATH"] = testing.CHILD_PATH
   proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=testing.ROOT,
                         capture_output=True, text=True, timeout=300,
                         check=True)

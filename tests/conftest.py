@@ -9,6 +9,12 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
+# Every Python process started from here (xdist's workers, the programs
+# under test) starts with tests/child_site/sitecustomize.py: see its doc.
+_CHILD_SITE = os.path.join(ROOT, "tests", "child_site")
+if _CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+  os.environ["PYTHONPATH"] = os.pathsep.join(
+      p for p in (_CHILD_SITE, os.environ.get("PYTHONPATH")) if p)
 
 
 def pytest_configure(config):

@@ -34,7 +34,7 @@ print(json.dumps({"requested": requested, "in_use": cpu_allocator.in_use(),
 def _probe(env):
   """Runs _PROBE with `env` over an environment without TF_CPU_* settings."""
   clean = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPU_")}
-  clean.update(env, PYTHONPATH=testing.ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  clean.update(env, PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=testing.ROOT,
                         env=clean, capture_output=True, text=True,
                         timeout=300, check=True)

@@ -36,7 +36,7 @@ def _free_port():
 
 
 def _start(args, cwd, log):
-  env = dict(os.environ, PYTHONPATH=testing.ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  env = dict(os.environ, PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
   return subprocess.Popen([sys.executable, "-m", "dask"] + args, cwd=cwd,
                           env=env, stdout=log, stderr=subprocess.STDOUT,
                           start_new_session=True)  # its own process group
@@ -210,7 +210,7 @@ def test_dask_runner_without_dask_is_one_sentence(tmp_path):
       [PROGRAM, f"--input_file={text}", f"--output_file={tmp_path}/out/x",
        f"--vocab_file={os.path.join(testing.TESTDATA, 'export_vocab.txt')}",
        "--runner=DaskRunner"], check=False, merge_stderr=True,
-      env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{testing.ROOT}"})
+      env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{testing.CHILD_PATH}"})
   lines = [line for line in proc.stdout.splitlines() if line.strip()]
   testing.assert_one_sentence_last(
       proc.returncode, lines, "create_pretraining_data_beam",

@@ -36,7 +36,7 @@ def checkpoint(tmp_path_factory):
 
 
 def test_help_lists_the_model_flags():
-  env = dict(os.environ, PYTHONPATH=testing.ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  env = dict(os.environ, PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
   procs = [subprocess.Popen([sys.executable, "-m", program, "--help"],
                             cwd=testing.ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

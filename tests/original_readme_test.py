@@ -321,7 +321,7 @@ def world(tmp_path_factory):
 def _run(world, name, **env):
   command = _command(name, world["tmp"])
   full_env = dict(os.environ, **world["env"], **env,
-                  PYTHONPATH=testing.ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+                  PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
   full_env["PATH"] = (os.path.dirname(sys.executable) + os.pathsep
                       + full_env.get("PATH", ""))
   proc = subprocess.run(["bash", "-c", command], cwd=world["work"],

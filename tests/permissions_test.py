@@ -261,7 +261,7 @@ def test_programs_that_import_tensorflow_first(root):
   once: each of these imports TensorFlow before its checks (~4 s)."""
   if UNPRIVILEGED and not shutil.which("setpriv"):
     pytest.skip("running as root without setpriv")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=testing.ROOT)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=testing.CHILD_PATH)
   model = [f"--bert_config_file={root}/bert_config.json",
            f"--init_checkpoint={root}/ckpt", f"--vocab_file={root}/vocab.txt"]
   cases = {

@@ -108,7 +108,7 @@ def test_neither_train_nor_eval_is_a_usage_error(setup, tmp_path):
 
 def _popen(args, env=None):
   full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                  PYTHONPATH=testing.ROOT, **(env or {}))
+                  PYTHONPATH=testing.CHILD_PATH, **(env or {}))
   return subprocess.Popen([sys.executable] + args, cwd=testing.ROOT,
                           env=full_env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)

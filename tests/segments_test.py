@@ -66,7 +66,7 @@ print(fn(a, a).numpy().tolist())
 
 def _probe(which):
   env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="0",
-             PYTHONPATH=testing.ROOT)
+             PYTHONPATH=testing.CHILD_PATH)
   return subprocess.run([sys.executable, "-c", _PROBE, which], env=env,
                         capture_output=True, text=True, timeout=300,
                         check=True)

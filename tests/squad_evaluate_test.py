@@ -266,7 +266,7 @@ def test_out_image_dir_draws_the_official_curves(files, tmp_path):
   proc = testing.run_cli(
       ["-m", "official_bert.squad_evaluate", SAMPLE, pred, "-n", na, "-p",
        str(images)],
-      env={"PYTHONPATH": f"{fake}{os.pathsep}{testing.ROOT}",
+      env={"PYTHONPATH": f"{fake}{os.pathsep}{testing.CHILD_PATH}",
            "FAKE_PYPLOT_LOG": str(log)})
   _, out_eval, curves = _official_v2(dataset["data"], PREDICTIONS, NA_PROBS,
                                      images=True)

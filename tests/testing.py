@@ -9,6 +9,9 @@ import pytest
 from tools import corpus as _corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# PYTHONPATH of a program run by a test that sets its own: the repo, and the
+# start-up every test process gets (tests/child_site/sitecustomize.py).
+CHILD_PATH = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "child_site")])
 TESTDATA = os.path.join(ROOT, "tests", "testdata")
 SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
 CORPUS = _corpus.PYDOCS  # SHARED_DATA/pydocs_corpus.txt
@@ -155,7 +158,7 @@ def flag_defaults(module):
   """{flag: default as text} of every flag a program defines (its
   --helpxml, run as `python -m module`)."""
   import xml.etree.ElementTree as ET  # pylint: disable=g-import-not-at-top
-  env = dict(os.environ, PYTHONPATH=ROOT)
+  env = dict(os.environ, PYTHONPATH=CHILD_PATH)
   out = subprocess.run([sys.executable, "-m", module, "--helpxml"],
                        cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=120).stdout

@@ -6,6 +6,8 @@ skipped (the data missing from the CI checkout); a hung test holding the
 whole run until CI's limit (pytest-timeout missing from requirements-test.txt
 or its settings from pytest.ini)."""
 
+import os
+
 import pytest
 
 from tests import testing
@@ -27,3 +29,30 @@ def test_a_hung_test_fails_with_its_stacks_printed(pytestconfig):
   assert float(pytestconfig.getini("timeout")) == 600
   assert pytestconfig.getini("timeout_method") == "thread"  # ends C++ waits too
   assert float(pytestconfig.getini("faulthandler_timeout")) == 540
+
+
+_IMPORTS = """
+import sys
+import tensorflow
+from keras.src.wrappers import fixes
+print(int("sklearn" in sys.modules), int(fixes.sklearn is None))
+import sklearn.metrics
+print(int("sklearn" in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("path", ["inherited", "CHILD_PATH"])
+def test_programs_start_tensorflow_without_scikit_learn(path):
+  """tests/child_site: TensorFlow's start-up skips the ~1.2 s of Keras's
+  scikit-learn wrappers in every process a test starts (xdist's workers and
+  the programs: PYTHONPATH from conftest.py, or testing.CHILD_PATH where a
+  test sets its own), while scikit-learn still imports for seqeval."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ)
+  if path == "CHILD_PATH":
+    env["PYTHONPATH"] = testing.CHILD_PATH
+  out = subprocess.run([sys.executable, "-c", _IMPORTS], cwd=testing.ROOT,
+                       env=env, capture_output=True, text=True, timeout=300,
+                       check=True).stdout.split()
+  assert out == ["0", "1", "1"]
