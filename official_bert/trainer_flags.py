@@ -1,7 +1,7 @@
 """The trainer's flags, defined once for every training program.
 
 `run_pretraining` and the fine-tuning programs (through
-`finetuning.define_flags`) define the flags of the loop they share here,
+`finetuning_flags.define_flags`) define the flags of the loop they share here,
 each with its own defaults where the programs differ on purpose:
 
   --distribution_strategy, --num_gpus, --num_cpu_devices, --tpu
