@@ -168,8 +168,7 @@ def main(argv):
   if not data_dir:
     raise app.UsageError("--data_dir (with --task_name) or --task_data_dir "
                          "is required.")
-  finetuning_flags.check_flags(
-      FLAGS, data_paths={flag_name: "dir"})
+  finetuning_flags.check_flags(FLAGS, data_paths={flag_name: "dir"})
   from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import glue  # pylint: disable=g-import-not-at-top
   # Read and check every split first (no TensorFlow yet): a bad dev or test
@@ -269,8 +268,7 @@ def main(argv):
       probabilities = tf.nn.softmax(logits, axis=-1).numpy()
       rows = ["\t".join(str(p) for p in row) for row in probabilities]
     if run.is_chief:
-      run.write("test_results.tsv",
-                       "".join(row + "\n" for row in rows))
+      run.write("test_results.tsv", "".join(row + "\n" for row in rows))
     summary.append(f"{len(rows)} test predictions in {seconds:.1f} s")
   if FLAGS.export_dir and run.is_chief:
     from export import serving  # pylint: disable=g-import-not-at-top

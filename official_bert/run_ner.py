@@ -111,8 +111,7 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
-  finetuning_flags.check_flags(
-      FLAGS, data_paths={"task_data_dir": "dir"})
+  finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
   from official_bert.tasks import ner  # pylint: disable=g-import-not-at-top
   data_dir = FLAGS.task_data_dir
   # Every file is read and checked before TensorFlow starts.
@@ -200,7 +199,7 @@ def main(argv):
     sentences, tags, _ = predict("test", FLAGS.predict_batch_size)
     if run.is_chief:
       run.write("test_predictions.txt",
-                       ner.format_predictions(sentences, tags))
+                ner.format_predictions(sentences, tags))
     summary.append(f"{len(sentences)} test sentences tagged")
   if FLAGS.export_dir and run.is_chief:
     from export import ner_serving  # pylint: disable=g-import-not-at-top

@@ -73,7 +73,7 @@ def _check_flags():
   """The flag errors one sentence can explain, before TensorFlow starts."""
   finetuning_flags.check_flags(
       FLAGS, mode_paths={"do_train": ("train_file", "file"),
-                                     "do_predict": ("predict_file", "file")})
+                         "do_predict": ("predict_file", "file")})
   for name in ("doc_stride", "max_query_length", "n_best_size",
                "max_answer_length"):
     if getattr(FLAGS, name) <= 0:
@@ -248,8 +248,7 @@ def main(argv):
       outputs["null_odds.json"] = null_odds
     if run.is_chief:
       for name, value in outputs.items():
-        run.write(name,
-                         json.dumps(value, indent=4) + "\n")
+        run.write(name, json.dumps(value, indent=4) + "\n")
     summary.append(f"{len(predictions)} predictions in "
                    f"{time.time() - t0:.1f} s")
     if data is not None:

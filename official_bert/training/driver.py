@@ -50,8 +50,8 @@ class DriverConfig:
   steps_per_loop, save_checkpoints_steps, keep_checkpoint_max,
     gradient_accumulation_steps: the loop (training/trainer.py).
   init_checkpoint: warm-start weights, when output_dir holds no checkpoint.
-  num_train_epochs, dynamic_padding, pad_to_multiple_of, group_by_length,
-    eval_every_steps, best_metric, early_stopping_patience: fine-tuning's
+  best_metric, eval_every_steps, early_stopping_patience, num_train_epochs,
+    dynamic_padding, pad_to_multiple_of, group_by_length: fine-tuning's
     (training/finetuner.py).
   flags: the program's resolved flags, written to flags.json.
   """
@@ -77,20 +77,20 @@ class DriverConfig:
   learning_rate: float = 5e-5
   weight_decay: float = 0.01
   max_grad_norm: float = 1.0
-  # ---- the loop and its checkpoints
+  # ---- where the loop starts, its length and its checkpoints
+  init_checkpoint: Optional[str] = None
   steps_per_loop: int = 1000
   save_checkpoints_steps: int = 1000
   keep_checkpoint_max: int = 5
   gradient_accumulation_steps: int = 1
-  init_checkpoint: Optional[str] = None
   # ---- fine-tuning (training/finetuner.py)
+  best_metric: Optional[str] = None
+  eval_every_steps: int = 0
+  early_stopping_patience: int = 0
   num_train_epochs: float = 1.0
   dynamic_padding: bool = True
   pad_to_multiple_of: Optional[int] = None
   group_by_length: bool = False
-  eval_every_steps: int = 0
-  best_metric: Optional[str] = None
-  early_stopping_patience: int = 0
   # ---- what flags.json records
   flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
