@@ -227,9 +227,7 @@ def main(argv):
       "label_list.json": json.dumps(labels) + "\n"})
   print(f"{what}: labels {labels}, "
         + ", ".join(f"{split} {len(s[0])} examples" for split, s in splits.items())
-        + f"; {run.replicas} replicas ({FLAGS.distribution_strategy}), "
-        f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
-        flush=True)
+        + f"; {run.describe()}", flush=True)
   for split, (examples, inputs, _) in list(splits.items())[:1]:
     for i in range(min(2, len(examples))):  # A few decoded examples.
       n = int(inputs["input_mask"][i].sum())

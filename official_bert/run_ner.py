@@ -153,9 +153,7 @@ def main(argv):
   print(f"NER: tags {labels}, "
         + ", ".join(f"{split} {len(e[0])} sentences in {len(e[4])} windows"
                     for split, e in encoded.items())
-        + f"; {run.replicas} replicas ({FLAGS.distribution_strategy}), "
-        f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
-        flush=True)
+        + f"; {run.describe()}", flush=True)
   for split, (sentences, inputs, _, _, window_labels) in list(
       encoded.items())[:1]:
     n = int(inputs["input_mask"][0].sum())

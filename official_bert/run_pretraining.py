@@ -327,7 +327,7 @@ def main(argv):
         f"more than vocab_size={config.vocab_size} of "
         f"{FLAGS.bert_config_file}; pass the vocab the model was built for.")
   driver.check_init_checkpoint()
-  model = driver.build(
+  driver.build(
       lambda kernels: pretrainer.BertPretrainer.from_bert_config(
           config, use_next_sentence=FLAGS.next_sentence_prediction,
           kernels=kernels),
@@ -338,11 +338,9 @@ def main(argv):
   resuming = driver.resuming()
   if resuming:
     _check_same_config(config, FLAGS.output_dir)
-  print(f"{len(files)} input files, {driver.replicas} replicas "
-        f"({FLAGS.distribution_strategy}), {FLAGS.mixed_precision}, "
-        f"{model.count_params():,} parameters, {driver.kernels} kernels, "
-        f"{'BFC' if cpu_allocator.in_use() else 'default'} CPU allocator",
-        flush=True)
+  print(f"{len(files)} input files, {driver.describe()}, {driver.kernels} "
+        f"kernels, {'BFC' if cpu_allocator.in_use() else 'default'} CPU "
+        "allocator", flush=True)
   start = driver.restore_or_init()
   # Written once the checkpoints fit the config: a bad --init_checkpoint
   # leaves nothing in a new --output_dir.

@@ -197,9 +197,7 @@ def main(argv):
       num_train_examples=len(train_examples), example_name="questions",
       best_metric="f1")
   run.write_run_files(config)
-  print(f"{run.replicas} replicas ({FLAGS.distribution_strategy}), "
-        f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
-        flush=True)
+  print(run.describe(), flush=True)
   for feature in (train_features or predict_features)[:2]:  # decoded examples
     n = sum(feature.input_mask)
     example = (train_examples or predict_examples)[feature.example_index]

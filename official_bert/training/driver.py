@@ -180,6 +180,12 @@ class Driver:
     self.is_chief = self.trainer.is_chief
     return self.model
 
+  def describe(self):
+    """"R replicas (strategy), precision, P parameters", for the log."""
+    return (f"{self.replicas} replicas ({self.config.distribution_strategy}), "
+            f"{self.config.mixed_precision}, {self.model.count_params():,} "
+            "parameters")
+
   # ------------------------------------------------ resume or warm start ----
   def resuming(self):
     """The latest checkpoint in output_dir (a rerun resumes it), or None."""
