@@ -42,8 +42,9 @@ from absl import app
 from absl import flags
 
 from official_bert import cli
-from official_bert import finetuning
+from official_bert import finetuning_flags
 from official_bert.training import cpu_allocator
+from official_bert.training import finetuner
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -51,7 +52,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
   """The program's absl flags (defined only when it runs as a program)."""
-  finetuning.define_flags(
+  finetuning_flags.define_flags(
       max_seq_length=128, learning_rate=5e-5, export_help="If set, export "
       "the fine-tuned model for TF Serving (raw text in, probabilities out) "
       "here.")
@@ -167,7 +168,7 @@ def main(argv):
   if not data_dir:
     raise app.UsageError("--data_dir (with --task_name) or --task_data_dir "
                          "is required.")
-  finetuning.check_flags(data_paths={flag_name: "dir"})
+  finetuning_flags.check_flags(FLAGS, data_paths={flag_name: "dir"})
   from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import glue  # pylint: disable=g-import-not-at-top
   # Read and check every split first (no TensorFlow yet): a bad dev or test
@@ -199,13 +200,13 @@ def main(argv):
                classifier_data.label_ids(examples, labels, regression))
         splits[split] = (examples, ids)
   except (ValueError, UnicodeDecodeError, OSError) as e:
-    raise app.UsageError(finetuning.data_error(e))
+    raise app.UsageError(finetuning_flags.data_error(e))
   num_classes = 1 if regression else len(labels)
 
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-  config, tokenizer = finetuning.load_config_and_vocab()
+  config, tokenizer = finetuning_flags.load_config_and_vocab(FLAGS)
   try:
     splits = {split: (examples, classifier_data.encode(
         examples, tokenizer, FLAGS.max_seq_length), ids)
@@ -213,20 +214,20 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(str(e))
 
-  run = finetuning.Run(
+  num_train = len(splits["train"][0]) if FLAGS.do_train else 0
+  run = finetuner.Finetuner(
+      finetuning_flags.driver_config(FLAGS, num_train),
       lambda kernels: finetuning_models.BertClassifier.from_bert_config(
           config, num_classes, kernels=kernels),
       lambda y, logits: classifier_losses(y, logits, regression),
       None if regression else classifier_metric_counts,
-      num_train_examples=len(splits["train"][0]) if FLAGS.do_train else 0,
+      num_train_examples=num_train,
       best_metric="eval_pearson" if regression else "eval_accuracy")
-  run.write_run_files(config, {} if labels is None else {
+  run.write_run_files(config, files={} if labels is None else {
       "label_list.json": json.dumps(labels) + "\n"})
   print(f"{what}: labels {labels}, "
         + ", ".join(f"{split} {len(s[0])} examples" for split, s in splits.items())
-        + f"; {run.replicas} replicas ({FLAGS.distribution_strategy}), "
-        f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
-        flush=True)
+        + f"; {run.describe()}", flush=True)
   for split, (examples, inputs, _) in list(splits.items())[:1]:
     for i in range(min(2, len(examples))):  # A few decoded examples.
       n = int(inputs["input_mask"][i].sum())
@@ -265,8 +266,7 @@ def main(argv):
       probabilities = tf.nn.softmax(logits, axis=-1).numpy()
       rows = ["\t".join(str(p) for p in row) for row in probabilities]
     if run.is_chief:
-      finetuning.write(FLAGS.output_dir, "test_results.tsv",
-                       "".join(row + "\n" for row in rows))
+      run.write("test_results.tsv", "".join(row + "\n" for row in rows))
     summary.append(f"{len(rows)} test predictions in {seconds:.1f} s")
   if FLAGS.export_dir and run.is_chief:
     from export import serving  # pylint: disable=g-import-not-at-top

@@ -13,7 +13,8 @@ column, a blank line between sentences, `-DOCSTART-` lines skipped (see
 tasks/ner.py). Tags are the training file's (label_list.json); the loss and
 the prediction use each word's first WordPiece; long sentences are split into
 windows of --max_seq_length. The flags and the loop are run_classifier's
-(finetuning.py: strategy, mixed precision, XLA, resume from --output_dir).
+(finetuning_flags.py, training/finetuner.py: strategy, mixed precision, XLA,
+resume from --output_dir).
 
 Writes to --output_dir: ckpt-<step>, flags.json, bert_config.json,
 label_list.json, eval_results.txt (entity-level eval_precision, eval_recall,
@@ -31,8 +32,9 @@ from absl import app
 from absl import flags
 
 from official_bert import cli
-from official_bert import finetuning
+from official_bert import finetuning_flags
 from official_bert.training import cpu_allocator
+from official_bert.training import finetuner
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -42,7 +44,7 @@ EXTENSIONS = ("", ".txt", ".conll")
 
 
 def define_flags():
-  finetuning.define_flags(
+  finetuning_flags.define_flags(
       max_seq_length=128, learning_rate=5e-5, export_help="If set, export "
       "the fine-tuned model for TF Serving (raw text in, words, tags and "
       "character offsets out) here.")
@@ -109,7 +111,7 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
-  finetuning.check_flags(data_paths={"task_data_dir": "dir"})
+  finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
   from official_bert.tasks import ner  # pylint: disable=g-import-not-at-top
   data_dir = FLAGS.task_data_dir
   # Every file is read and checked before TensorFlow starts.
@@ -123,14 +125,14 @@ def main(argv):
         sentences = ner.read_conll(split_file(data_dir, split))
         splits[split] = (sentences, ner.tag_ids(sentences, labels))
   except (ValueError, UnicodeDecodeError, OSError) as e:
-    raise app.UsageError(finetuning.data_error(e))
+    raise app.UsageError(finetuning_flags.data_error(e))
   if len(labels) < 2:
     raise app.UsageError(f"the train file has only the tag {labels}; NER "
                          "needs at least two.")
 
   import numpy as np  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-  config, tokenizer = finetuning.load_config_and_vocab()
+  config, tokenizer = finetuning_flags.load_config_and_vocab(FLAGS)
   encoded = {}
   for split, (sentences, ids) in splits.items():
     inputs, window, position, window_labels = ner.encode(
@@ -141,18 +143,17 @@ def main(argv):
   # loaded (train_step.py skips it, as the original's optimizer skips
   # variables without a gradient), and is saved and exported with the rest.
   num_train = len(encoded["train"][4]) if FLAGS.do_train else 0
-  run = finetuning.Run(
+  run = finetuner.Finetuner(
+      finetuning_flags.driver_config(FLAGS, num_train),
       lambda kernels: finetuning_models.BertTokenClassifier.from_bert_config(
           config, len(labels), kernels=kernels),
       token_losses, token_metric_counts, num_train_examples=num_train,
       best_metric="eval_f1")
-  run.write_run_files(config, {"label_list.json": json.dumps(labels) + "\n"})
+  run.write_run_files(config, files={"label_list.json": json.dumps(labels) + "\n"})
   print(f"NER: tags {labels}, "
         + ", ".join(f"{split} {len(e[0])} sentences in {len(e[4])} windows"
                     for split, e in encoded.items())
-        + f"; {run.replicas} replicas ({FLAGS.distribution_strategy}), "
-        f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
-        flush=True)
+        + f"; {run.describe()}", flush=True)
   for split, (sentences, inputs, _, _, window_labels) in list(
       encoded.items())[:1]:
     n = int(inputs["input_mask"][0].sum())
@@ -195,8 +196,8 @@ def main(argv):
   if FLAGS.do_predict:
     sentences, tags, _ = predict("test", FLAGS.predict_batch_size)
     if run.is_chief:
-      finetuning.write(FLAGS.output_dir, "test_predictions.txt",
-                       ner.format_predictions(sentences, tags))
+      run.write("test_predictions.txt",
+                ner.format_predictions(sentences, tags))
     summary.append(f"{len(sentences)} test sentences tagged")
   if FLAGS.export_dir and run.is_chief:
     from export import ner_serving  # pylint: disable=g-import-not-at-top

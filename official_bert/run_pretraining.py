@@ -19,7 +19,7 @@ every epoch from the records' tokens (--masked_lm_prob, e.g. 0.3; needs
 --vocab_file), --next_sentence_prediction=false trains without the NSP head.
 """
 
-import json
+import contextlib
 import os
 import re
 import sys
@@ -201,6 +201,22 @@ def _corrupt_data_sentence(error):
           "the last checkpoint in --output_dir is kept).")
 
 
+@contextlib.contextmanager
+def _record_errors(vocab_size):
+  """A corrupt record, or a token id past the vocabulary, met while reading
+  --input_file: one sentence (cli.Error) instead of TensorFlow's error."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    yield
+  except tf.errors.DataLossError as e:
+    raise cli.Error(_corrupt_data_sentence(e)) from None
+  except tf.errors.InvalidArgumentError as e:
+    sentence = _out_of_vocab_sentence(e, vocab_size)
+    if sentence is None:
+      raise
+    raise cli.Error(sentence) from None
+
+
 def _freeze_old_embeddings(model):
   """The trainer's gradient transform for --freeze_old_embeddings_steps
   (None when 0): the new word ids come from extend_info.json beside
@@ -264,20 +280,18 @@ def main(argv):
   _check_flags()
   # TensorFlow starts here, after the cheap checks.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
-  from official_bert.training import dynamic_masking  # pylint: disable=g-import-not-at-top
   from official_bert.data import features  # pylint: disable=g-import-not-at-top
-  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
-  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
-  from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
-  from official_bert.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.training import driver as driver_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.training import dynamic_masking  # pylint: disable=g-import-not-at-top
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
 
-  if FLAGS.num_cpu_devices > 1:
-    distribution.split_cpu(FLAGS.num_cpu_devices)
+  run_config = trainer_flags.driver_config(
+      FLAGS, trainer_flags.program_values(FLAGS, [__name__]),
+      num_train_steps=FLAGS.num_train_steps,
+      num_warmup_steps=FLAGS.num_warmup_steps,
+      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps)
   try:
     config = configs.BertConfig.from_json_file(FLAGS.bert_config_file,
                                                "--bert_config_file")
@@ -288,13 +302,10 @@ def main(argv):
         f"--max_seq_length={FLAGS.max_seq_length} exceeds max_position_"
         f"embeddings={config.max_position_embeddings} of "
         f"{FLAGS.bert_config_file}; lower --max_seq_length.")
+  # The strategy first: multi-worker collectives must be configured before
+  # TensorFlow runs any op (reading the files does).
+  driver = driver_lib.Driver(run_config)
   try:
-    # The strategy first: multi-worker collectives must be configured
-    # before TensorFlow runs any op (reading the files does).
-    strategy = distribution.get_strategy(
-        FLAGS.distribution_strategy, FLAGS.num_gpus, FLAGS.tpu,
-        tpu_flags.resolver_args(FLAGS))
-    distribution.check_jit_compile(strategy, FLAGS.jit_compile)
     files = input_pipeline.resolve_input_files(FLAGS.input_file)
     # Dynamic masking draws up to --max_predictions_per_seq from records
     # written with any number of predictions.
@@ -315,80 +326,25 @@ def main(argv):
         f"--vocab_file={FLAGS.vocab_file} has {masking.vocab_size} tokens, "
         f"more than vocab_size={config.vocab_size} of "
         f"{FLAGS.bert_config_file}; pass the vocab the model was built for.")
-  if FLAGS.init_checkpoint and not tf.train.latest_checkpoint(
-      FLAGS.output_dir):  # it will be used (not resuming): it must exist
-    try:
-      checkpoints.resolve(FLAGS.init_checkpoint)
-    except ValueError as e:
-      raise app.UsageError(f"--init_checkpoint: {e}")
-  replicas = strategy.num_replicas_in_sync
-  micro = replicas * FLAGS.gradient_accumulation_steps
-  if FLAGS.do_train and FLAGS.train_batch_size % micro:
-    raise app.UsageError(
-        f"--train_batch_size={FLAGS.train_batch_size} is not divisible by "
-        f"{replicas} replicas x --gradient_accumulation_steps="
-        f"{FLAGS.gradient_accumulation_steps}; use a multiple of {micro}.")
+  driver.check_init_checkpoint()
+  driver.build(
+      lambda kernels: pretrainer.BertPretrainer.from_bert_config(
+          config, use_next_sentence=FLAGS.next_sentence_prediction,
+          kernels=kernels),
+      pretrainer.pretraining_losses, pretrainer.pretraining_metric_counts,
+      transform_gradients=_freeze_old_embeddings)
+  trainer = driver.trainer
 
-  keras.utils.set_random_seed(FLAGS.seed)
-  distribution.set_mixed_precision(FLAGS.mixed_precision)
-  # One model, so training and evaluation run the same kernels.
-  kernels = kernels_lib.resolve(
-      FLAGS.kernels, FLAGS.jit_compile,
-      isinstance(strategy, tf.distribute.TPUStrategy))
-  with strategy.scope():
-    model = pretrainer.BertPretrainer.from_bert_config(
-        config, use_next_sentence=FLAGS.next_sentence_prediction,
-        kernels=kernels)
-    optimizer = optimization.create_optimizer(
-        FLAGS.optimizer, FLAGS.learning_rate, FLAGS.num_train_steps,
-        FLAGS.num_warmup_steps, weight_decay=FLAGS.weight_decay,
-        mixed_precision=FLAGS.mixed_precision)
-  train_config = trainer_lib.TrainConfig(
-      output_dir=FLAGS.output_dir, num_train_steps=FLAGS.num_train_steps,
-      steps_per_loop=FLAGS.steps_per_loop,
-      save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-      max_grad_norm=FLAGS.max_grad_norm,
-      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-      jit_compile=FLAGS.jit_compile, keep_checkpoints=FLAGS.keep_checkpoint_max)
-  trainer = trainer_lib.Trainer(
-      strategy, model, optimizer, pretrainer.pretraining_losses, train_config,
-      metric_fn=pretrainer.pretraining_metric_counts,
-      transform_gradients=_freeze_old_embeddings(model))
-
-  resuming = tf.train.latest_checkpoint(FLAGS.output_dir)
+  resuming = driver.resuming()
   if resuming:
     _check_same_config(config, FLAGS.output_dir)
-  print(f"{len(files)} input files, {replicas} replicas "
-        f"({FLAGS.distribution_strategy}), {FLAGS.mixed_precision}, "
-        f"{model.count_params():,} parameters, {kernels} kernels, "
-        f"{'BFC' if cpu_allocator.in_use() else 'default'} CPU allocator",
-        flush=True)
-
-  def warm_start():
-    if FLAGS.init_checkpoint:
-      try:
-        prefix = checkpoints.restore_model(model, FLAGS.init_checkpoint)
-      except ValueError as e:
-        raise app.UsageError(f"--init_checkpoint: {e}")
-      kind = (" (a TF1 checkpoint with the original variable names)"
-              if checkpoints.is_original(prefix) else "")
-      print(f"Warm-started the weights from {prefix}{kind}; step 0, fresh "
-            "optimizer", flush=True)
-
-  start = trainer.restore_or_init(init_fn=warm_start)
+  print(f"{len(files)} input files, {driver.describe()}, {driver.kernels} "
+        f"kernels, {'BFC' if cpu_allocator.in_use() else 'default'} CPU "
+        "allocator", flush=True)
+  start = driver.restore_or_init()
   # Written once the checkpoints fit the config: a bad --init_checkpoint
   # leaves nothing in a new --output_dir.
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  if trainer.is_chief:
-    ours = next(module_flags for module_flags in
-                FLAGS.flags_by_module_dict().values()
-                if any(f.name == "bert_config_file" for f in module_flags))
-    resolved = {f.name: f.value for f in ours}
-    resolved.update(trainer_flags.shared_values(FLAGS))
-    resolved.update(num_replicas=replicas, kernels=kernels)
-    cli.atomic_write(os.path.join(FLAGS.output_dir, "flags.json"),
-                  json.dumps(resolved, indent=2, sort_keys=True) + "\n")
-    config.to_json_file(os.path.join(FLAGS.output_dir, "bert_config.json"))
+  driver.write_run_files(config, {"kernels": driver.kernels})
   if not resuming and not FLAGS.init_checkpoint:
     print("Starting from scratch (no checkpoint in --output_dir), step 0",
           flush=True)
@@ -398,16 +354,9 @@ def main(argv):
         files, FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps,
         FLAGS.max_seq_length, record_predictions, is_training=True,
         seed=FLAGS.seed, masking=masking)
-    try:
+    with _record_errors(config.vocab_size):
       result = trainer.train_or_exit(train_fn,
                                      global_batch_size=FLAGS.train_batch_size)
-    except tf.errors.DataLossError as e:
-      raise cli.Error(_corrupt_data_sentence(e)) from None
-    except tf.errors.InvalidArgumentError as e:
-      sentence = _out_of_vocab_sentence(e, config.vocab_size)
-      if sentence is None:
-        raise
-      raise cli.Error(sentence) from None
     step = result.step
     if result.preempted:
       return
@@ -418,21 +367,13 @@ def main(argv):
     eval_fn = input_pipeline.pretraining_dataset_fn(
         files, FLAGS.eval_batch_size, FLAGS.max_seq_length,
         record_predictions, is_training=False)
-    try:
+    with _record_errors(config.vocab_size):
       sums = trainer.evaluate(eval_fn, pretraining_eval_sums,
                               max_steps=FLAGS.max_eval_steps)
-    except tf.errors.DataLossError as e:
-      raise cli.Error(_corrupt_data_sentence(e)) from None
-    except tf.errors.InvalidArgumentError as e:
-      sentence = _out_of_vocab_sentence(e, config.vocab_size)
-      if sentence is None:
-        raise
-      raise cli.Error(sentence) from None
     result = eval_results(sums, step)
     if trainer.is_chief:
-      path = os.path.join(FLAGS.output_dir, "eval_results.txt")
-      cli.atomic_write(path, "".join(f"{k} = {result[k]}\n"
-                                  for k in sorted(result)))
+      driver.write("eval_results.txt", "".join(f"{k} = {result[k]}\n"
+                                               for k in sorted(result)))
       writer = tf.summary.create_file_writer(
           os.path.join(FLAGS.output_dir, "eval"))
       with writer.as_default(step=step):

@@ -1,7 +1,7 @@
 """Fine-tunes BERT on SQuAD v1.1 / v2.0 and predicts answers.
 
 The command and flags of google-research/bert's run_squad.py, on the
-fine-tuning loop run_classifier and run_ner share (finetuning.py: any
+fine-tuning loop run_classifier and run_ner share (training/finetuner.py: any
 tf.distribute strategy, mixed precision, XLA, --kernels, resume from
 --output_dir):
 
@@ -33,8 +33,9 @@ from absl import app
 from absl import flags
 
 from official_bert import cli
-from official_bert import finetuning
+from official_bert import finetuning_flags
 from official_bert.training import cpu_allocator
+from official_bert.training import finetuner
 from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
@@ -42,9 +43,9 @@ FLAGS = flags.FLAGS
 
 def define_flags():
   """The program's absl flags (defined only when it runs as a program): the
-  fine-tuning flags (finetuning.py) with the original's SQuAD defaults, and
-  the SQuAD ones, same names and defaults as the original."""
-  finetuning.define_flags(
+  fine-tuning flags (finetuning_flags.py) with the original's SQuAD
+  defaults, and the SQuAD ones, same names and defaults as the original."""
+  finetuning_flags.define_flags(
       max_seq_length=384, learning_rate=5e-5, train_batch_size=32,
       predict_batch_size=8, do_eval=False, export_help="If set, export the "
       "fine-tuned model for TF Serving (question and context in, answer "
@@ -70,8 +71,9 @@ def define_flags():
 
 def _check_flags():
   """The flag errors one sentence can explain, before TensorFlow starts."""
-  finetuning.check_flags(mode_paths={"do_train": ("train_file", "file"),
-                                     "do_predict": ("predict_file", "file")})
+  finetuning_flags.check_flags(
+      FLAGS, mode_paths={"do_train": ("train_file", "file"),
+                         "do_predict": ("predict_file", "file")})
   for name in ("doc_stride", "max_query_length", "n_best_size",
                "max_answer_length"):
     if getattr(FLAGS, name) <= 0:
@@ -165,7 +167,7 @@ def main(argv):
   # TensorFlow starts here, after the cheap checks.
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
-  config, tokenizer = finetuning.load_config_and_vocab()
+  config, tokenizer = finetuning_flags.load_config_and_vocab(FLAGS)
 
   def features(examples, is_training):
     return squad.convert_examples_to_features(
@@ -187,16 +189,15 @@ def main(argv):
   # As the original: steps from the number of questions, not windows. The
   # span head never reads the pooler: it gets no gradient and stays as
   # loaded (train_step.py skips it, as the original's optimizer does).
-  run = finetuning.Run(
+  run = finetuner.Finetuner(
+      finetuning_flags.driver_config(FLAGS, len(train_examples)),
       lambda kernels: finetuning_models.BertSpanLabeler.from_bert_config(
           config, kernels=kernels),
       squad_losses, squad_metric_counts,
       num_train_examples=len(train_examples), example_name="questions",
       best_metric="f1")
   run.write_run_files(config)
-  print(f"{run.replicas} replicas ({FLAGS.distribution_strategy}), "
-        f"{FLAGS.mixed_precision}, {run.model.count_params():,} parameters",
-        flush=True)
+  print(run.describe(), flush=True)
   for feature in (train_features or predict_features)[:2]:  # decoded examples
     n = sum(feature.input_mask)
     example = (train_examples or predict_examples)[feature.example_index]
@@ -245,8 +246,7 @@ def main(argv):
       outputs["null_odds.json"] = null_odds
     if run.is_chief:
       for name, value in outputs.items():
-        finetuning.write(FLAGS.output_dir, name,
-                         json.dumps(value, indent=4) + "\n")
+        run.write(name, json.dumps(value, indent=4) + "\n")
     summary.append(f"{len(predictions)} predictions in "
                    f"{time.time() - t0:.1f} s")
     if data is not None:

@@ -1,7 +1,7 @@
 """The trainer's flags, defined once for every training program.
 
 `run_pretraining` and the fine-tuning programs (through
-`finetuning.define_flags`) define the flags of the loop they share here,
+`finetuning_flags.define_flags`) define the flags of the loop they share here,
 each with its own defaults where the programs differ on purpose:
 
   --distribution_strategy, --num_gpus, --num_cpu_devices, --tpu
@@ -14,11 +14,21 @@ each with its own defaults where the programs differ on purpose:
   and google-research/bert's TPU flags (`tpu_flags`).
 
     trainer_flags.define(steps_per_loop=1000, keep_checkpoint_max=5)
+    ...
+    config = trainer_flags.driver_config(
+        FLAGS, trainer_flags.program_values(FLAGS), num_train_steps=...)
+
+`driver_config` is where flags become the frozen `DriverConfig` of the
+shared driver (training/driver.py), which reads no flags.
 """
+
+import os
+import sys
 
 from absl import flags
 
 from official_bert import tpu_flags
+from official_bert.training import driver
 
 
 def define(steps_per_loop, keep_checkpoint_max, flag_values=flags.FLAGS):
@@ -82,3 +92,34 @@ def shared_values(flag_values):
   return {f.name: f.value
           for module, module_flags in flag_values.flags_by_module_dict().items()
           if module in modules for f in module_flags}
+
+
+def program_values(flag_values, modules=()):
+  """{name: value} of the flags the running program defines (absl files a
+  `__main__`'s under sys.argv[0]) and those of `modules` (names), for its
+  flags.json."""
+  program = os.path.abspath(sys.argv[0]) if sys.argv else ""
+  return {f.name: f.value
+          for module, module_flags in flag_values.flags_by_module_dict().items()
+          if module in modules or module == sys.argv[0] or (
+              program and os.path.abspath(module) == program)
+          for f in module_flags}
+
+
+def driver_config(flag_values, program_flags, **fields):
+  """The DriverConfig of a run: the flags defined here and the ones every
+  training program defines alike (output_dir, init_checkpoint, do_train,
+  train_batch_size, learning_rate, save_checkpoints_steps), then `fields`
+  (the program's own: steps, ...); flags.json gets `program_flags` and
+  `shared_values`."""
+  fv = flag_values
+  names = ("output_dir", "init_checkpoint", "do_train", "train_batch_size",
+           "learning_rate", "save_checkpoints_steps", "distribution_strategy",
+           "num_gpus", "num_cpu_devices", "tpu", "mixed_precision",
+           "jit_compile", "kernels", "seed", "optimizer", "weight_decay",
+           "max_grad_norm", "steps_per_loop", "keep_checkpoint_max")
+  values = {name: fv[name].value for name in names}
+  resolver = tpu_flags.resolver_args(fv)
+  return driver.DriverConfig(
+      tpu_zone=resolver.get("zone"), gcp_project=resolver.get("project"),
+      flags={**program_flags, **shared_values(fv)}, **values, **fields)

@@ -13,7 +13,10 @@ nothing is imported, so no TensorFlow) and checks the dependency rules:
 - the training loop (training/trainer.py, training/train_step.py) imports no
   model module: the program that builds the model chooses its kernels;
 - `tools` (the task generators the docs tell users to run) imports no
-  `tests`, so a user's clone needs no test module to run them.
+  `tests`, so a user's clone needs no test module to run them;
+- the library (the shared driver, training/driver.py, included) reads no
+  absl flags: it imports no `absl.flags`, names no `FLAGS`, and `grep FLAGS`
+  finds nothing in it. Programs build a DriverConfig from their flags.
 
 Each rule is also checked against a planted violation, so a checker that
 cannot see an import (a missed node type, a wrong path) fails here.
@@ -134,6 +137,25 @@ def tools_violations(modules):
           if _within(i, ("tests",))]
 
 
+def flags_violations(modules):
+  """(module, what) pairs where the library reads absl flags: an import of
+  absl.flags, a name or attribute FLAGS, or the word in its text."""
+  bad = []
+  for m, path in modules.items():
+    with open(path) as f:
+      source = f.read()
+    bad += [(m, i) for i in sorted(imports_of_source(source, m, path))
+            if _within(i, ("absl.flags",))]
+    tree = ast.parse(source, path)
+    if any(getattr(node, "id", getattr(node, "attr", None)) == "FLAGS"
+           for node in ast.walk(tree)
+           if isinstance(node, (ast.Name, ast.Attribute))):
+      bad.append((m, "FLAGS"))
+    elif "FLAGS" in source:
+      bad.append((m, "the word FLAGS"))
+  return bad
+
+
 def _library():
   found = {}
   for package in LIBRARY:
@@ -181,6 +203,11 @@ def test_training_loop_imports_no_model_module():
   assert trainer_violations(_training_loop()) == []
 
 
+def test_library_reads_no_flags():
+  assert "official_bert.training.driver" in _library()
+  assert flags_violations(_library()) == []
+
+
 def test_tools_import_no_tests():
   assert {"tools.pydocs_ner", "tools.squad_task"} <= set(_modules("tools"))
   assert tools_violations(_modules("tools")) == []
@@ -225,3 +252,11 @@ def test_each_rule_sees_a_planted_violation(tmp_path):
   assert trainer_violations(planted(
       "from official_bert.modeling import gradients\n"))
   assert tools_violations(planted("from tests import testing\n"))
+  assert flags_violations(planted("from absl import flags\n"))
+  assert flags_violations(planted("import absl.flags as f\n"))
+  assert flags_violations(planted("def f(x):\n  return x.FLAGS.seed\n"))
+  assert flags_violations(planted("def f():\n  return FLAGS.seed\n"))
+  assert flags_violations(planted('"""Reads FLAGS."""\n'))
+  assert not flags_violations(planted(
+      "from absl import logging\nfrom official_bert import cli\n"
+      "def f(flag_values):\n  return flag_values.seed\n"))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert import finetuning
 from official_bert.modeling import finetuning_models
+from official_bert.training import finetuner
 from official_bert.training import padding
 from tests import testing
 
@@ -74,8 +74,8 @@ def test_predictions_equal_fixed_length_padding(kind, kernels):
   # rounding to 4), the last batch is short.
   lengths = [5, 9, 3, 2, 7, 4, 16]
   inputs = _inputs(lengths, seed=3)
-  fixed = finetuning.predict(model, inputs, 3)
-  cut = finetuning.predict(model, inputs, 3, multiple=4, fill=-7.0)
+  fixed = finetuner.predict(model, inputs, 3)
+  cut = finetuner.predict(model, inputs, 3, multiple=4, fill=-7.0)
   mask = inputs["input_mask"].astype(bool)
   for fixed_out, cut_out in zip(tf.nest.flatten(fixed), tf.nest.flatten(cut)):
     assert fixed_out.shape == cut_out.shape

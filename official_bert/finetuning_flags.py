@@ -1,0 +1,251 @@
+"""The fine-tuning programs' flags: definitions, checks, the driver's config.
+
+`run_classifier.py`, `run_ner.py` and `run_squad.py` (and any task program)
+define their own data flags and then:
+
+    finetuning_flags.define_flags(max_seq_length=128, learning_rate=5e-5)
+    ...
+    def main(argv):
+      preemption.install()
+      cpu_allocator.use_bfc()
+      finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
+      ... read and check the task's files (no TensorFlow yet) ...
+      config, tokenizer = finetuning_flags.load_config_and_vocab(FLAGS)
+      run = finetuner.Finetuner(
+          finetuning_flags.driver_config(FLAGS, num_train_examples),
+          lambda kernels: Model.from_bert_config(config, n, kernels=kernels),
+          loss_fn, metric_fn, num_train_examples)
+      ... then as training/finetuner.py shows.
+
+The flags are google-research/bert's (same names and defaults: the
+program passes its own defaults, as run_squad's max_seq_length=384), plus the
+trainer's (trainer_flags.py): --distribution_strategy, --mixed_precision,
+--jit_compile, resume from --output_dir (see training/trainer.py), and
+padding and evaluation while training (training/finetuner.py). Every bad
+value is an `app.UsageError` sentence naming the flag and the fix. Each
+function takes the program's FlagValues; the library (training/) sees only
+the DriverConfig built here.
+"""
+
+import os
+
+from absl import app
+from absl import flags
+
+from official_bert import cli
+from official_bert import tpu_flags
+from official_bert import trainer_flags
+
+
+def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
+                 predict_batch_size=8, do_eval=True, export_help=None):
+  """The original's fine-tuning flags and the trainer's, with per-program
+  defaults (defined only when a program runs)."""
+  flags.DEFINE_string("bert_config_file", None, "The bert_config.json of the "
+                      "pretrained model.")
+  flags.DEFINE_string("vocab_file", None, "The vocab.txt of the pretrained "
+                      "model.")
+  flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
+  flags.DEFINE_string("init_checkpoint", None, "Pretrained (or converted) "
+                      "checkpoint, a prefix or a directory; its encoder is "
+                      "loaded, the task head starts fresh.")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased "
+                    "models).")
+  flags.DEFINE_integer("max_seq_length", max_seq_length, "Tokens per packed "
+                       "example; longer ones are truncated or windowed.")
+  flags.DEFINE_bool("do_train", False, "Whether to fine-tune on train.")
+  if do_eval:
+    flags.DEFINE_bool("do_eval", False, "Whether to evaluate on dev.")
+  flags.DEFINE_bool("do_predict", False, "Whether to predict on test.")
+  flags.DEFINE_integer("train_batch_size", train_batch_size, "Global "
+                       "training batch size.")
+  if do_eval:
+    flags.DEFINE_integer("eval_batch_size", 8, "Batch size for eval.")
+  flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size "
+                       "for predict.")
+  flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training "
+                     "file.")
+  flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
+                     "linear learning-rate warmup.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
+  # ---- shared with run_pretraining.py: distribution, precision, loop
+  trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
+  flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
+                      "fine-tuned model for TF Serving here.")
+  # ---- padding (training/padding.py) and evaluation while training
+  flags.DEFINE_bool("dynamic_padding", True, "Pad each batch only to its "
+                    "longest example (rounded up to --pad_to_multiple_of) "
+                    "instead of --max_seq_length; results are the same.")
+  flags.DEFINE_integer("pad_to_multiple_of", None, "Bucket width of "
+                       "--dynamic_padding (default 8, 32 with --jit_compile: "
+                       "one XLA compilation per bucket).")
+  flags.DEFINE_bool("group_by_length", False, "Batch examples of similar "
+                    "length together (Hugging Face's group_by_length): less "
+                    "padding, less random batches.")
+  flags.DEFINE_integer("eval_every_steps", 0, "Evaluate on the dev set every "
+                       "this many steps and keep the best checkpoint in "
+                       "output_dir/best (0: evaluate only at the end).")
+  flags.DEFINE_string("best_metric", None, "The eval_results.txt metric that "
+                      "picks the best checkpoint (default the task's: "
+                      "eval_accuracy, eval_pearson, f1); lower is better "
+                      "for names ending in loss or mse.")
+  flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many "
+                       "evaluations without a better --best_metric (0: "
+                       "never).")
+
+
+def _modes(fv):
+  return [m for m in ("do_train", "do_eval", "do_predict") if m in fv]
+
+
+def check_flags(fv, data_paths=None, mode_paths=None):
+  """The flag errors one sentence can explain, before TensorFlow starts.
+
+  Args:
+    fv: the program's FlagValues.
+    data_paths: {flag name: "dir" or "file"} of the program's own input
+      paths (required, and must be that kind).
+    mode_paths: {mode flag: (flag name, "dir" or "file")}: input paths
+      required only when their mode is set (run_squad's --do_train needs
+      --train_file).
+  """
+  tpu_flags.apply(fv)
+  modes = _modes(fv)
+  if not any(getattr(fv, m) for m in modes):
+    raise app.UsageError("At least one of "
+                         + ", ".join(f"--{m}" for m in modes)
+                         + " must be set.")
+  kinds = dict(data_paths or {})
+  for mode, (name, kind) in (mode_paths or {}).items():
+    if getattr(fv, mode):
+      if not getattr(fv, name):
+        raise app.UsageError(f"--{mode} needs --{name}.")
+      kinds[name] = kind
+  kinds.update(bert_config_file="file", vocab_file="file")
+  for name in list(kinds) + ["output_dir"]:
+    if not getattr(fv, name):
+      raise app.UsageError(f"--{name} is required.")
+  for name, kind in kinds.items():
+    check_path(f"--{name}", getattr(fv, name), kind)
+  check_output_dir("--output_dir", fv.output_dir)
+  if fv.init_checkpoint and cli.blocked_by(fv.init_checkpoint):
+    raise cli.missing("init_checkpoint", fv.init_checkpoint)
+  if fv.export_dir and os.path.isfile(fv.export_dir):
+    raise app.UsageError(f"--export_dir {fv.export_dir} is a file; pass "
+                         "a directory (the model's base path).")
+  sizes = ["train_batch_size", "predict_batch_size", "save_checkpoints_steps",
+           "steps_per_loop", "max_seq_length", "num_cpu_devices"]
+  if fv.pad_to_multiple_of is not None:
+    sizes.append("pad_to_multiple_of")
+  for name in ("eval_every_steps", "early_stopping_patience"):
+    if getattr(fv, name) < 0:
+      raise app.UsageError(f"--{name} must be 0 or more, got "
+                           f"{getattr(fv, name)}.")
+  if fv.early_stopping_patience and not fv.eval_every_steps:
+    raise app.UsageError("--early_stopping_patience needs --eval_every_steps "
+                         "(the evaluations it counts).")
+  for name in sizes + (["eval_batch_size"] if "eval_batch_size" in fv
+                       else []):
+    if getattr(fv, name) <= 0:
+      raise app.UsageError(f"--{name} must be positive, got "
+                           f"{getattr(fv, name)}.")
+  if fv.num_train_epochs <= 0:
+    raise app.UsageError("--num_train_epochs must be positive, got "
+                         f"{fv.num_train_epochs}.")
+  if not 0 <= fv.warmup_proportion < 1:
+    raise app.UsageError("--warmup_proportion must be in [0, 1), got "
+                         f"{fv.warmup_proportion}.")
+
+
+def check_path(flag, path, kind):
+  """`path` exists, is a `kind` ("file" or "dir") and is readable."""
+  if not os.path.exists(path):
+    blocked = cli.blocked_by(path)
+    if blocked:
+      raise app.UsageError(f"{flag} {path} cannot be reached: {blocked} is "
+                           "not readable; fix its permissions.")
+    raise app.UsageError(f"{flag} {path} does not exist.")
+  if kind == "dir" and not os.path.isdir(path):
+    raise app.UsageError(f"{flag} {path} is a file; pass the directory that "
+                         "holds the task's files.")
+  if kind == "file" and os.path.isdir(path):
+    raise app.UsageError(f"{flag} {path} is a directory; pass the file.")
+  if not os.access(path, os.R_OK | (os.X_OK if kind == "dir" else 0)):
+    raise app.UsageError(f"{flag} {path} is not readable; fix its "
+                         "permissions.")
+
+
+def check_output_dir(flag, path):
+  """`path` is, or can be made as, a directory we can write to (it is made
+  only when the run starts writing, so bad input leaves nothing behind)."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise app.UsageError(f"{flag} {path} is a file; pass a directory.")
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise app.UsageError(f"{flag} {path} cannot be made: {existing} is a "
+                         "file; pass a directory path.")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise app.UsageError(f"{flag} {path} is not writable ({existing}); pass "
+                         "a writable directory.")
+
+
+def load_config_and_vocab(fv):
+  """(BertConfig, FullTokenizer) of --bert_config_file and --vocab_file,
+  checked against each other and --max_seq_length. Imports TensorFlow
+  (`cli.start_tensorflow`: without its start-up lines), so the programs call
+  it after checking their data files."""
+  cli.start_tensorflow()
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  try:
+    config = configs.BertConfig.from_json_file(fv.bert_config_file,
+                                               "--bert_config_file")
+  except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+    raise app.UsageError(str(e))
+  try:
+    tokenizer = tokenization.FullTokenizer(fv.vocab_file,
+                                           fv.do_lower_case)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise app.UsageError(f"--vocab_file {fv.vocab_file}: {e}")
+  if tokenizer.vocab_size > config.vocab_size:
+    raise app.UsageError(
+        f"--vocab_file {fv.vocab_file} has {tokenizer.vocab_size} tokens, "
+        f"more than vocab_size={config.vocab_size} of "
+        f"{fv.bert_config_file}; pass the model's own vocab.txt.")
+  if fv.max_seq_length > config.max_position_embeddings:
+    raise app.UsageError(
+        f"--max_seq_length={fv.max_seq_length} exceeds max_position_"
+        f"embeddings={config.max_position_embeddings} of "
+        f"{fv.bert_config_file}; lower --max_seq_length.")
+  return config, tokenizer
+
+
+
+def driver_config(fv, num_train_examples):
+  """The DriverConfig of a fine-tuning run: the trainer's flags, the steps
+  of --num_train_epochs over `num_train_examples` (at least one), padding
+  and evaluation while training; flags.json holds this module's flags and
+  the program's."""
+  num_train_steps = max(1, int(num_train_examples / fv.train_batch_size *
+                               fv.num_train_epochs))
+  return trainer_flags.driver_config(
+      fv, trainer_flags.program_values(fv, [__name__]),
+      num_train_steps=num_train_steps,
+      num_warmup_steps=int(num_train_steps * fv.warmup_proportion),
+      num_train_epochs=fv.num_train_epochs,
+      dynamic_padding=fv.dynamic_padding,
+      pad_to_multiple_of=fv.pad_to_multiple_of,
+      group_by_length=fv.group_by_length,
+      eval_every_steps=fv.eval_every_steps, best_metric=fv.best_metric,
+      early_stopping_patience=fv.early_stopping_patience)
+
+
+def data_error(error):
+  """One sentence for a ValueError/OSError met reading the task's files."""
+  if isinstance(error, OSError):
+    return (f"cannot read {error.filename}: {error.strerror}; fix the path "
+            "or its permissions.")
+  return str(error)

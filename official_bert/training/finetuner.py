@@ -1,0 +1,270 @@
+"""The driver's fine-tuning layer: padding, evaluation while training, predict.
+
+`run_classifier`, `run_ner` and `run_squad` build a `DriverConfig` from
+their flags (`finetuning_flags.driver_config`) and then:
+
+    run = Finetuner(config, lambda kernels: Model.from_bert_config(
+                        bert_config, n, kernels=kernels),
+                    loss_fn, metric_fn, num_train_examples)
+    run.write_run_files(bert_config, files={"label_list.json": "..."})
+    run.restore_or_warm_start()         # resume, or --init_checkpoint
+    if config.do_train and not run.train(inputs, labels,
+                                         evaluate):  # dev metrics of a step
+      return                            # SIGTERM: saved, rerun resumes
+    logits = run.predict(dev_inputs, batch_size)
+    run.write_eval_results({...})       # eval_results.txt
+
+Each batch is padded only to its longest example (dynamic_padding,
+training/padding.py); with eval_every_steps the best checkpoint by
+best_metric is kept in output_dir/best (training/best_checkpoint.py) and
+used for evaluation, prediction and export once training ends.
+"""
+
+import os
+import time
+
+from official_bert import cli
+from official_bert.training import driver
+
+
+class Finetuner(driver.Driver):
+  """A fine-tuning run of `config` (a DriverConfig).
+
+  Args:
+    config: the run's DriverConfig.
+    build_model: kernels -> the task's model (with an `encoder`).
+    loss_fn, metric_fn: the trainer's (training/trainer.py).
+    num_train_examples, example_name: what the steps count, for the log.
+    best_metric: the task's metric, when config.best_metric is unset.
+  """
+
+  def __init__(self, config, build_model, loss_fn, metric_fn,
+               num_train_examples, example_name="examples",
+               best_metric="eval_accuracy"):
+    from official_bert.training import best_checkpoint  # pylint: disable=g-import-not-at-top
+    from official_bert.training import padding  # pylint: disable=g-import-not-at-top
+    super().__init__(config)
+    # Made once the strategy is (a TPU that cannot be reached leaves none);
+    # removed again when a bad --init_checkpoint stops the run.
+    self.make_output_dir()
+    self.num_train_examples = num_train_examples
+    self.example_name = example_name
+    self.num_train_steps = config.num_train_steps
+    self.num_warmup_steps = config.num_warmup_steps
+    self.build(build_model, loss_fn, metric_fn)
+    self.step = self.start = 0
+    # Each batch cut to its longest example (training/padding.py); TPUs
+    # compile the whole loop for one shape, so they keep max_seq_length.
+    self.pad_multiple = None
+    if config.dynamic_padding and not self.is_tpu():
+      self.pad_multiple = (config.pad_to_multiple_of
+                           or padding.default_multiple(config.jit_compile))
+    self.best = best_checkpoint.BestCheckpoint(
+        os.path.join(config.output_dir, "best"), self.model,
+        config.best_metric or best_metric, self.is_chief,
+        None if self.is_chief else self.strategy.cluster_resolver.task_id)
+    self._predict_steps = {}
+
+  def write_run_files(self, bert_config, extra_flags=None, files=None):
+    """flags.json (with the step counts), bert_config.json, `files`."""
+    super().write_run_files(
+        bert_config, dict(num_train_steps=self.num_train_steps,
+                          num_warmup_steps=self.num_warmup_steps,
+                          **(extra_flags or {})), files)
+
+  def restore_or_warm_start(self):
+    """Resumes from output_dir, else loads init_checkpoint's encoder."""
+    try:
+      self.step = self.start = self.restore_or_init(self.warm_start_encoder)
+    except cli.Error:
+      self.remove_run_files()
+      raise
+    if not self.config.do_train and self.start == 0:
+      print("Warning: no fine-tuned checkpoint in --output_dir; the task "
+            "head is untrained.", flush=True)
+    if not self.config.do_train:
+      self._use_best()
+    return self.start
+
+  def warm_start_encoder(self):
+    """The encoder from init_checkpoint; the task head starts fresh."""
+    from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+    if not self.config.init_checkpoint:
+      if self.config.do_train:
+        print("No --init_checkpoint: fine-tuning from random weights.",
+              flush=True)
+      return
+    try:
+      prefix = checkpoints.restore_encoder(self.model.encoder,
+                                           self.config.init_checkpoint)
+    except ValueError as e:
+      raise cli.Error(f"--init_checkpoint: {e}") from None
+    print(f"Initialised the encoder from {prefix}", flush=True)
+
+  def _use_best(self):
+    """Loads output_dir/best (when there is one) into the model: evaluation,
+    prediction and export then use the best checkpoint, and its step."""
+    state = self.best.load_weights()
+    if state:
+      self.step = state["step"]
+      print(f"Using the best checkpoint {state['checkpoint']}: step "
+            f"{state['step']}, {state['metric']} {state['value']:.4g}",
+            flush=True)
+
+  def train(self, inputs, labels, evaluate=None):
+    """Trains on numpy `inputs` (dict) and `labels` to num_train_steps.
+
+    `evaluate(step)` -> the dev set's eval_results (a dict) is called every
+    eval_every_steps and at the end; the best by best_metric is kept in
+    output_dir/best and loaded into the model when training ends. Returns
+    False when SIGTERM stopped it (the checkpoint is saved and the program
+    should return), True when done.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from official_bert.training import padding  # pylint: disable=g-import-not-at-top
+    config = self.config
+    batch_size, seed = config.train_batch_size, config.seed
+    num = len(next(iter(inputs.values())))
+    multiple = self.pad_multiple
+    order = None
+    if config.group_by_length:
+      order = padding.length_grouped_order(
+          inputs["input_mask"].sum(1), batch_size, seed,
+          self.num_train_steps * batch_size)
+
+    def dataset_fn(input_context):
+      batch = input_context.get_per_replica_batch_size(batch_size)
+      if order is None:
+        data = tf.data.Dataset.from_tensor_slices((inputs, labels))
+        data = data.shard(input_context.num_input_pipelines,
+                          input_context.input_pipeline_id)
+        # Seeded and repeated: a resumed run sees what an uninterrupted one
+        # would.
+        data = data.shuffle(num, seed=seed).repeat()
+        data = data.batch(batch, drop_remainder=True)
+      else:  # the same order on every run: resumable too
+        tensors = tf.nest.map_structure(tf.constant, (inputs, labels))
+        data = tf.data.Dataset.from_tensor_slices(order).shard(
+            input_context.num_input_pipelines,
+            input_context.input_pipeline_id).repeat()
+        data = data.batch(batch, drop_remainder=True).map(
+            lambda i: tf.nest.map_structure(
+                lambda t: tf.gather(t, i), tensors))
+      if multiple:
+        data = data.map(lambda x, y: padding.cut_batch(x, y, multiple))
+      return data.prefetch(2)
+
+    after_loop = None
+    if config.eval_every_steps and evaluate is not None:
+      if self.start == 0:
+        self.best.clear()  # a fresh run: an old run's best is not ours
+      after_loop = self._evaluator(evaluate)
+    t0 = time.time()
+    result = self.trainer.train_or_exit(
+        dataset_fn, global_batch_size=batch_size, after_loop=after_loop)
+    self.step = result.step
+    if result.preempted:
+      return False
+    print(f"Trained steps {self.start}..{self.step} ({self.num_train_steps} "
+          f"= {self.num_train_examples} {self.example_name} x "
+          f"{config.num_train_epochs} epochs / batch {batch_size}"
+          f"{'; stopped early' if result.early_stopped else ''}) in "
+          f"{time.time() - t0:.1f} s: "
+          + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
+          flush=True)
+    if after_loop is not None:
+      self._use_best()
+    return True
+
+  def _evaluator(self, evaluate):
+    """The trainer's `after_loop(step) -> (shown metrics, stop)`: evaluates,
+    keeps the best checkpoint, counts evaluations without improvement."""
+    every = self.config.eval_every_steps
+    patience = self.config.early_stopping_patience
+    best = self.best
+    state = best.state() if self.start else None
+
+    def after_loop(step):
+      nonlocal state
+      if state and step <= state["step"]:
+        return {}, False  # evaluated before this run resumed
+      result = evaluate(step)
+      if best.resolve_metric(result) is None:
+        names = sorted(k for k, v in result.items()
+                       if isinstance(v, (int, float)))
+        raise cli.Error(f"--best_metric={best.metric} is not among the "
+                        f"evaluation's metrics {names}; pass one of them.")
+      value = float(result[best.metric])
+      if state is None or best.better(value, state["value"]):
+        state = best.save(step, value, result)
+      shown = {best.metric: value}
+      if state["step"] != step:
+        shown[f"best_{best.metric}"] = state["value"]
+      # Evaluations since the best one (deterministic, so a resumed run
+      # counts what an uninterrupted one would).
+      waited = step // every - state["step"] // every
+      stop = bool(patience) and waited >= patience
+      if stop:
+        print(f"Early stopping at step {step}: {waited} evaluations without "
+              f"a better {best.metric} than {state['value']:.4g} (step "
+              f"{state['step']}).", flush=True)
+      return shown, stop
+    return after_loop
+
+  def predict(self, inputs, batch_size, fill=0.0):
+    """`predict` with the run's padding (and the step traced once)."""
+    key = (batch_size, fill)
+    if key not in self._predict_steps:
+      self._predict_steps[key] = predict_step(self.model, inputs,
+                                              self.pad_multiple, fill)
+    return predict(self.model, inputs, batch_size,
+                   step=self._predict_steps[key])
+
+  def write_eval_results(self, result):
+    """eval_results.txt: `key = value` lines, sorted, as the original."""
+    if self.is_chief:
+      self.write("eval_results.txt",
+                 "".join(f"{k} = {result[k]}\n" for k in sorted(result)))
+    print("Eval: " + " ".join(f"{k} {v:.4g}" for k, v in sorted(
+        result.items()) if isinstance(v, (int, float))), flush=True)
+
+
+def predict_step(model, inputs, multiple=None, fill=0.0):
+  """A tf.function batch -> model outputs (training=False) for batches like
+  `inputs` (numpy). With `multiple`, each batch is cut to its longest
+  example rounded up to it (training/padding.py) and the per-position
+  outputs are padded back to the full length with `fill`; traced once, for
+  any batch and length."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.training import padding  # pylint: disable=g-import-not-at-top
+  if not multiple:
+    return tf.function(lambda batch: model(batch, training=False))
+  signature = {k: tf.TensorSpec([None, None], tf.as_dtype(v.dtype))
+               for k, v in inputs.items()}
+
+  @tf.function(input_signature=[signature])
+  def step(batch):
+    full = tf.shape(batch["input_mask"])[1]
+    cut = padding.cut_batch(batch, multiple=multiple)
+    length = tf.shape(cut["input_mask"])[1]
+    return padding.pad_outputs(model(cut, training=False), length, full, fill)
+  return step
+
+
+def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None):
+  """The model's outputs (numpy, float32; one array, or a dict of them as
+  the model returns) on numpy encoder inputs; with `multiple`, each batch
+  padded only to its longest example (see `predict_step`)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
+  step = step or predict_step(model, inputs, multiple, fill)
+  out = [tf.nest.map_structure(lambda t: t.numpy(), step(batch))
+         for batch in dataset]
+  if out:
+    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *out)
+  # No examples: empty arrays of the outputs' shapes.
+  probe = {k: np.zeros((1,) + v.shape[1:], v.dtype) for k, v in inputs.items()}
+  return tf.nest.map_structure(
+      lambda t: np.zeros((0,) + tuple(t.shape[1:]), np.float32),
+      model(probe, training=False))
