@@ -120,6 +120,10 @@ flags.DEFINE_bool("reuse_results", False,
                   "Reuse a side's result for a seed when --work_dir already "
                   "holds one from the same recipe (its <side>-seed<N>.json), "
                   "so a long run can be done in parts.")
+flags.DEFINE_bool("report_only", False,
+                  "Train nothing: print the table from the results already in "
+                  "--work_dir (as --reuse_results); a side's missing seeds "
+                  "show as '-' and are left out of its mean and spread.")
 flags.DEFINE_string("export_hf_data", None,
                     "Write, into this folder, the held-out records and each "
                     "seed's training batches as .npz for the hf sides (see "
@@ -600,15 +604,20 @@ def main(argv):
       t = time.time()
       saved = os.path.join(work_dir, f"{side}-seed{seed}.json")
       r = None
-      if FLAGS.reuse_results and os.path.exists(saved):
+      if (FLAGS.reuse_results or FLAGS.report_only) and os.path.exists(saved):
         with open(saved, encoding="utf-8") as f:
           r = json.load(f)
         if r.get("recipe") != recipe:
           r = None
+      if not r and FLAGS.report_only:
+        print(f"{side:18s} seed {seed}: not run", flush=True)
+        results[side].append(None)
+        continue
       if r:
         how = (f"reused {os.path.basename(saved)}: "
-               f"{r.get('wall_seconds', r.get('seconds', 0)):.0f}s, load "
-               f"average {r.get('load_average', float('nan')):.2f}")
+               f"{r.get('wall_seconds', r.get('seconds', 0)):.0f}s"
+               + (f", load average {r['load_average']:.2f}"
+                  if "load_average" in r else ""))
       else:
         run = run_hf if side in HF else run_ours
         r = run(side, seed, train, heldout, eval_steps, work_dir)
@@ -628,19 +637,24 @@ def main(argv):
             + f"  ({how}; {r['device']})", flush=True)
   print()
   reference = FLAGS.sides[0]
-  ref_mean = _spread([r["masked_lm_accuracy"] for r in results[reference]])[0]
+  ref_mean = _spread([r["masked_lm_accuracy"] for r in results[reference]
+                      if r])[0]
   print("| side | " + " | ".join(f"seed {s}" for s in seeds)
         + " | mean | spread (max-min) | std | masked-LM loss (mean) "
         "| next-sentence (mean) "
         f"| vs {reference} (diff, ratio) |")
   print("|---" * (len(seeds) + 7) + "|")
   for side in FLAGS.sides:
-    mlm = [r["masked_lm_accuracy"] for r in results[side]]
-    nsp = [r["next_sentence_accuracy"] for r in results[side]
+    done = [r for r in results[side] if r]
+    if not done:
+      continue
+    mlm = [r["masked_lm_accuracy"] for r in done]
+    nsp = [r["next_sentence_accuracy"] for r in done
            if "next_sentence_accuracy" in r]
-    loss = [r["masked_lm_loss"] for r in results[side]]
+    loss = [r["masked_lm_loss"] for r in done]
     mean, spread, std = _spread(mlm)
-    print(f"| {side} | " + " | ".join(f"{v:.4f}" for v in mlm)
+    print(f"| {side} | " + " | ".join(
+        f"{r['masked_lm_accuracy']:.4f}" if r else "-" for r in results[side])
           + f" | {mean:.4f} | {spread:.4f} | {std:.4f} | "
           f"{sum(loss) / len(loss):.3f} | "
           + (f"{sum(nsp) / len(nsp):.3f}" if nsp else "-")
