@@ -21,8 +21,12 @@ and biases, gradient global norm clipped to 1.0, Adam beta 0.9/0.999, eps
                     correction), a real subprocess, then `--do_eval` on the
                     held-out file.
   ours_keras_adamw  the same with `--optimizer=keras_adamw` (bias-corrected).
-  ours_dynamic      the same as ours_adamw with `--masking=dynamic` (only where
-                    run_pretraining has that flag).
+  ours_dynamic      the same as ours_adamw with `--masking=dynamic`.
+  ours_nonsp        ours_adamw with `--next_sentence_prediction=false` (no NSP
+                    head or loss; the same records, their NSP labels unread).
+  ours_dynamic_nonsp  both.
+  ours_keras_dynamic, ours_keras_nonsp, ours_keras_dynamic_nonsp
+                    the same three with `--optimizer=keras_adamw`.
   hf                transformers' `BertForPreTraining` (its own N(0, 0.02)
                     init), torch's AdamW (bias-corrected, eps added to the
                     corrected sqrt(v)), `get_linear_schedule_with_warmup`.
@@ -51,6 +55,24 @@ lowered priority keeps this slow, throughput-insensitive run from moving
 their figures. It only changes how fast these runs go, not what they learn.
 Seeds run in turns (seed 1: every side, seed 2: every side, ...), so slow
 periods of a shared machine fall on every side alike.
+
+A long run can be done in parts: with --work_dir and --reuse_results, each
+side's result for a seed is kept as <side>-seed<N>.json (with the recipe it
+ran with, its wall time and load average) and reused by a later run of the
+same recipe, so `--sides=ours_adamw --seeds=2` now and the whole table later
+run each training once. The hf sides need no TensorFlow given their inputs as
+.npz (--export_hf_data=DIR writes them: the held-out records and each seed's
+training batches, exactly ours'), so they can run on another machine, e.g. a
+GPU (--hf_device=cuda), and their JSON files copied into --work_dir:
+
+    python -m benchmarks.pretraining_convergence --work_dir=W ... --export_hf_data=D
+    # elsewhere, per side and seed (torch and transformers only):
+    python benchmarks/pretraining_convergence.py --hf_worker=hf --hf_seed=1 \
+        --hf_data=D --hf_device=cuda --hf_result=W/hf-seed1.json ...
+    python -m benchmarks.pretraining_convergence --work_dir=W ... --reuse_results
+
+The same init and batches on CPU and GPU differ only in the dropout draws and
+in rounding.
 
 Prints, per side, each seed's held-out masked-LM accuracy (and the mean
 masked-LM loss and next-sentence accuracy),
@@ -94,6 +116,22 @@ flags.DEFINE_string("vocab", "../shared/data/bert_uncased_vocab.txt",
 flags.DEFINE_string("work_dir", None,
                     "Where records and runs go (default: a temporary folder, "
                     "removed at the end). Records already there are reused.")
+flags.DEFINE_bool("reuse_results", False,
+                  "Reuse a side's result for a seed when --work_dir already "
+                  "holds one from the same recipe (its <side>-seed<N>.json), "
+                  "so a long run can be done in parts.")
+flags.DEFINE_bool("report_only", False,
+                  "Train nothing: print the table from the results already in "
+                  "--work_dir (as --reuse_results); a side's missing seeds "
+                  "show as '-' and are left out of its mean and spread.")
+flags.DEFINE_string("export_hf_data", None,
+                    "Write, into this folder, the held-out records and each "
+                    "seed's training batches as .npz for the hf sides (see "
+                    "--hf_data), then exit.")
+flags.DEFINE_string("hf_data", None,
+                    "Read the hf sides' batches from --export_hf_data's "
+                    "folder instead of the TFRecords (no TensorFlow needed).")
+flags.DEFINE_string("hf_device", "cpu", "torch device of the hf sides.")
 flags.DEFINE_integer("nice", 19, "Niceness of every training process "
                      "(0 = as the benchmark itself).")
 # Internal: one Hugging Face run in its own process (as ours is).
@@ -111,8 +149,26 @@ MINI = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4,
             initializer_range=0.02)
 OURS = {"ours_adamw": ["--optimizer=adamw"],
         "ours_keras_adamw": ["--optimizer=keras_adamw"],
-        "ours_dynamic": ["--optimizer=adamw", "--masking=dynamic"]}
+        "ours_dynamic": ["--optimizer=adamw", "--masking=dynamic"],
+        "ours_nonsp": ["--optimizer=adamw", "--next_sentence_prediction=false"],
+        "ours_dynamic_nonsp": ["--optimizer=adamw", "--masking=dynamic",
+                               "--next_sentence_prediction=false"],
+        "ours_keras_dynamic": ["--optimizer=keras_adamw", "--masking=dynamic"],
+        "ours_keras_nonsp": ["--optimizer=keras_adamw",
+                             "--next_sentence_prediction=false"],
+        "ours_keras_dynamic_nonsp": ["--optimizer=keras_adamw",
+                                     "--masking=dynamic",
+                                     "--next_sentence_prediction=false"]}
 HF = ("hf", "hf_trunc", "hf_nobc", "hf_oursched", "hf_perm")
+
+
+def _recipe(eval_records):
+  """What a result depends on besides its side and seed (and the records)."""
+  return dict(steps=FLAGS.steps, max_seq_length=FLAGS.max_seq_length,
+              max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+              batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
+              warmup_fraction=FLAGS.warmup_fraction,
+              eval_records=eval_records)
 
 
 def _warmup_steps():
@@ -182,7 +238,7 @@ def run_ours(side, seed, train, heldout, eval_steps, work_dir):
             "--weight_decay=0.01", "--max_grad_norm=1.0", f"--seed={seed}",
             f"--steps_per_loop={min(100, FLAGS.steps)}",
             f"--save_checkpoints_steps={FLAGS.steps}"] + OURS[side]
-  if side == "ours_dynamic":  # the ## pieces and special ids come from it
+  if "dynamic" in side:  # the ## pieces and special ids come from it
     common.append(f"--vocab_file={FLAGS.vocab}")
   _run(common + [f"--input_file={train}", "--do_train"],
        out + "-train.log")
@@ -235,9 +291,13 @@ def read_records(path, limit=None):
 def hf_worker(side):
   """Trains transformers' BertForPreTraining on the records; writes its scores."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  train_path, eval_path = FLAGS.hf_records.split(",")
-  train = train_path
-  heldout = read_records(eval_path, FLAGS.eval_records)
+  if FLAGS.hf_data:
+    train = None
+    heldout = _load_npz("heldout.npz")
+    heldout = {k: v[:FLAGS.eval_records] for k, v in heldout.items()}
+  else:
+    train, eval_path = FLAGS.hf_records.split(",")
+    heldout = read_records(eval_path, FLAGS.eval_records)
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   # One thread: under `nice` on a busy machine two OpenMP threads wait on
@@ -246,6 +306,7 @@ def hf_worker(side):
   seed, steps, warmup = FLAGS.hf_seed, FLAGS.steps, _warmup_steps()
   torch.manual_seed(seed)
   model = transformers.BertForPreTraining(transformers.BertConfig(**MINI))
+  device = torch.device(FLAGS.hf_device)
   if side == "hf_trunc":  # our initializer: N(0, 0.02) truncated at 2 std
     with torch.no_grad():
       for name, p in model.named_parameters():
@@ -257,6 +318,7 @@ def hf_worker(side):
               if "bias" in n or "LayerNorm" in n]
   groups = [{"params": decay, "weight_decay": 0.01},
             {"params": no_decay, "weight_decay": 0.0}]
+  model.to(device)
   if side == "hf_nobc":
     optimizer = _OriginalAdamW(groups, lr=FLAGS.learning_rate)
   else:
@@ -315,6 +377,7 @@ def hf_worker(side):
   start = time.time()
   model.train()
   for step, inputs in zip(range(steps), _batches(side, train, seed)):
+    inputs = {k: v.to(device) for k, v in inputs.items()}
     loss = loss_fn(inputs)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -331,28 +394,33 @@ def hf_worker(side):
   with torch.no_grad():
     for at in range(0, n, EVAL_BATCH):
       index = np.arange(at, min(n, at + EVAL_BATCH))
-      inputs = batch_tensors(heldout, index)
+      inputs = {k: v.to(device)
+                for k, v in batch_tensors(heldout, index).items()}
       out = model(input_ids=inputs["input_ids"],
                   attention_mask=inputs["attention_mask"],
                   token_type_ids=inputs["token_type_ids"])
-      positions = torch.from_numpy(heldout["masked_lm_positions"][index])
+      positions = torch.from_numpy(
+          heldout["masked_lm_positions"][index]).long().to(device)
       logits = torch.gather(
           out.prediction_logits, 1,
           positions[..., None].expand(-1, -1, out.prediction_logits.shape[-1]))
-      hit = (logits.argmax(-1).numpy() == heldout["masked_lm_ids"][index])
+      hit = (logits.argmax(-1).cpu().numpy() == heldout["masked_lm_ids"][index])
       weights = heldout["masked_lm_weights"][index]
       ce = torch.nn.functional.cross_entropy(
           logits.permute(0, 2, 1), inputs["masked_lm_ids"].long(),
-          reduction="none").numpy()
+          reduction="none").cpu().numpy()
       mlm_loss += float((ce * weights).sum())
       mlm_correct += float((hit * weights).sum())
       mlm_total += float(weights.sum())
-      nsp = out.seq_relationship_logits.argmax(-1).numpy()
-      nsp_correct += float((nsp == inputs["next_sentence_label"].numpy()).sum())
+      nsp = out.seq_relationship_logits.argmax(-1).cpu().numpy()
+      nsp_correct += float(
+          (nsp == inputs["next_sentence_label"].cpu().numpy()).sum())
       nsp_total += len(index)
   result = {"masked_lm_accuracy": mlm_correct / mlm_total,
             "masked_lm_loss": mlm_loss / mlm_total,
-            "next_sentence_accuracy": nsp_correct / nsp_total}
+            "next_sentence_accuracy": nsp_correct / nsp_total,
+            "seconds": time.time() - start, "device": _torch_device_name(device),
+            "recipe": _recipe(FLAGS.eval_records)}
   with open(FLAGS.hf_result + ".tmp", "w", encoding="utf-8") as f:
     json.dump(result, f)
   os.replace(FLAGS.hf_result + ".tmp", FLAGS.hf_result)
@@ -370,8 +438,14 @@ def _batches(side, train_path, seed):
   import torch  # pylint: disable=g-import-not-at-top
   seq, preds, batch = (FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
                        FLAGS.batch_size)
+  if FLAGS.hf_data and side != "hf_perm":
+    data = _hf_names(_load_npz(f"batches-seed{seed}.npz"))
+    for at in range(0, len(data["input_ids"]), batch):
+      yield {k: torch.from_numpy(v[at:at + batch]) for k, v in data.items()}
+    return
   if side == "hf_perm":
-    data = read_records(train_path)
+    data = (_load_npz("train.npz") if FLAGS.hf_data
+            else read_records(train_path))
     rng = np.random.default_rng(seed)
     order, at = rng.permutation(len(data["input_ids"])), 0
     while True:
@@ -392,6 +466,62 @@ def _batches(side, train_path, seed):
              masked_lm_ids=labels["masked_lm_ids"],
              masked_lm_weights=labels["masked_lm_weights"],
              next_sentence_labels=labels["next_sentence_labels"])).items()}
+
+
+def _load_npz(name):
+  """One of --export_hf_data's files, in the dtypes of read_records."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  with np.load(os.path.join(FLAGS.hf_data, name)) as f:
+    return {k: f[k] if f[k].dtype == np.float32 else f[k].astype(np.int64)
+            for k in f.files}
+
+
+def _torch_device_name(device):
+  import torch  # pylint: disable=g-import-not-at-top
+  if device.type == "cuda":
+    return "cuda: " + torch.cuda.get_device_name(device)
+  return device.type
+
+
+def export_hf_data(folder, train, heldout, seeds):
+  """The hf sides' inputs as .npz, for a machine without TensorFlow.
+
+  batches-seed<N>.npz: the first --steps training batches that ours reads
+  with seed N (official_bert's input pipeline), concatenated; train.npz: every
+  training record (hf_perm); heldout.npz: the scored held-out records.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+  os.makedirs(folder, exist_ok=True)
+
+  def small(data):  # ids < 65536, positions/masks < 256: a quarter the bytes
+    return {k: v.astype(np.float32 if k == "masked_lm_weights" else
+                        np.uint16 if k in ("input_ids", "masked_lm_ids")
+                        else np.uint8) for k, v in data.items()}
+
+  np.savez_compressed(os.path.join(folder, "heldout.npz"), **small(
+      read_records(heldout, FLAGS.eval_records)))
+  np.savez_compressed(os.path.join(folder, "train.npz"),
+                      **small(read_records(train)))
+  for seed in seeds:
+    dataset = input_pipeline.pretraining_dataset(
+        [train], FLAGS.batch_size, FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq, is_training=True, seed=seed)
+    parts = []
+    for _, (inputs, labels) in zip(range(FLAGS.steps),
+                                   dataset.as_numpy_iterator()):
+      parts.append(dict(input_ids=inputs["input_word_ids"],
+                        input_mask=inputs["input_mask"],
+                        segment_ids=inputs["input_type_ids"],
+                        masked_lm_positions=inputs["masked_lm_positions"],
+                        masked_lm_ids=labels["masked_lm_ids"],
+                        masked_lm_weights=labels["masked_lm_weights"],
+                        next_sentence_labels=labels["next_sentence_labels"]))
+    np.savez_compressed(
+        os.path.join(folder, f"batches-seed{seed}.npz"),
+        **small({k: np.concatenate([p[k] for p in parts]) for k in parts[0]}))
+  print(f"wrote {folder}: held-out, training records and the batches of "
+        f"seeds {seeds}")
 
 
 def _hf_names(data):
@@ -458,6 +588,11 @@ def main(argv):
   began = time.time()
   train, heldout = write_records(work_dir)
   eval_steps = min(FLAGS.eval_records, count_records(heldout)) // EVAL_BATCH
+  if FLAGS.export_hf_data:
+    FLAGS.eval_records = eval_steps * EVAL_BATCH
+    export_hf_data(FLAGS.export_hf_data, train, heldout, seeds)
+    return
+  recipe = _recipe(eval_steps * EVAL_BATCH)
   print(f"{count_records(train)} training records, {eval_steps * EVAL_BATCH} "
         f"held-out records scored; seq {FLAGS.max_seq_length}, {FLAGS.steps} "
         f"steps, batch {FLAGS.batch_size}, lr {FLAGS.learning_rate}, warmup "
@@ -467,30 +602,63 @@ def main(argv):
   for seed in seeds:
     for side in FLAGS.sides:
       t = time.time()
-      run = run_hf if side in HF else run_ours
-      r = run(side, seed, train, heldout, eval_steps, work_dir)
+      saved = os.path.join(work_dir, f"{side}-seed{seed}.json")
+      r = None
+      if (FLAGS.reuse_results or FLAGS.report_only) and os.path.exists(saved):
+        with open(saved, encoding="utf-8") as f:
+          r = json.load(f)
+        if r.get("recipe") != recipe:
+          r = None
+      if not r and FLAGS.report_only:
+        print(f"{side:18s} seed {seed}: not run", flush=True)
+        results[side].append(None)
+        continue
+      if r:
+        how = (f"reused {os.path.basename(saved)}: "
+               f"{r.get('wall_seconds', r.get('seconds', 0)):.0f}s"
+               + (f", load average {r['load_average']:.2f}"
+                  if "load_average" in r else ""))
+      else:
+        run = run_hf if side in HF else run_ours
+        r = run(side, seed, train, heldout, eval_steps, work_dir)
+        r.update(recipe=recipe, wall_seconds=time.time() - t,
+                 load_average=os.getloadavg()[0])
+        r.setdefault("device", "cpu")
+        with open(saved + ".tmp", "w", encoding="utf-8") as f:
+          json.dump(r, f)
+        os.replace(saved + ".tmp", saved)
+        how = (f"{r['wall_seconds']:.0f}s, load average "
+               f"{r['load_average']:.2f}")
       results[side].append(r)
+      nsp = r.get("next_sentence_accuracy")
       print(f"{side:18s} seed {seed}: masked-LM {r['masked_lm_accuracy']:.4f}"
-            f" (loss {r['masked_lm_loss']:.3f})"
-            f"  next-sentence {r['next_sentence_accuracy']:.3f}"
-            f"  ({time.time() - t:.0f}s, load average "
-            f"{os.getloadavg()[0]:.2f})", flush=True)
+            f" (loss {r['masked_lm_loss']:.3f})  next-sentence "
+            + (f"{nsp:.3f}" if nsp is not None else "-")
+            + f"  ({how}; {r['device']})", flush=True)
   print()
   reference = FLAGS.sides[0]
-  ref_mean = _spread([r["masked_lm_accuracy"] for r in results[reference]])[0]
+  ref_mean = _spread([r["masked_lm_accuracy"] for r in results[reference]
+                      if r])[0]
   print("| side | " + " | ".join(f"seed {s}" for s in seeds)
         + " | mean | spread (max-min) | std | masked-LM loss (mean) "
         "| next-sentence (mean) "
         f"| vs {reference} (diff, ratio) |")
   print("|---" * (len(seeds) + 7) + "|")
   for side in FLAGS.sides:
-    mlm = [r["masked_lm_accuracy"] for r in results[side]]
-    nsp = [r["next_sentence_accuracy"] for r in results[side]]
-    loss = [r["masked_lm_loss"] for r in results[side]]
+    done = [r for r in results[side] if r]
+    if not done:
+      continue
+    mlm = [r["masked_lm_accuracy"] for r in done]
+    nsp = [r["next_sentence_accuracy"] for r in done
+           if "next_sentence_accuracy" in r]
+    loss = [r["masked_lm_loss"] for r in done]
     mean, spread, std = _spread(mlm)
-    print(f"| {side} | " + " | ".join(f"{v:.4f}" for v in mlm)
+    print(f"| {side} | " + " | ".join(
+        f"{r['masked_lm_accuracy']:.4f}" if r else "-" for r in results[side])
           + f" | {mean:.4f} | {spread:.4f} | {std:.4f} | "
-          f"{sum(loss) / len(loss):.3f} | {sum(nsp) / len(nsp):.3f} | {mean - ref_mean:+.4f}, "
+          f"{sum(loss) / len(loss):.3f} | "
+          + (f"{sum(nsp) / len(nsp):.3f}" if nsp else "-")
+          + f" | {mean - ref_mean:+.4f}, "
           f"{mean / ref_mean:.3f} |")
   print(f"\n{time.time() - began:.0f}s in all; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
