@@ -223,7 +223,6 @@ def load_config_and_vocab(fv):
   return config, tokenizer
 
 
-
 def driver_config(fv, num_train_examples):
   """The DriverConfig of a fine-tuning run: the trainer's flags, the steps
   of --num_train_epochs over `num_train_examples` (at least one), padding

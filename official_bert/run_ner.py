@@ -149,7 +149,8 @@ def main(argv):
           config, len(labels), kernels=kernels),
       token_losses, token_metric_counts, num_train_examples=num_train,
       best_metric="eval_f1")
-  run.write_run_files(config, files={"label_list.json": json.dumps(labels) + "\n"})
+  run.write_run_files(
+      config, files={"label_list.json": json.dumps(labels) + "\n"})
   print(f"NER: tags {labels}, "
         + ", ".join(f"{split} {len(e[0])} sentences in {len(e[4])} windows"
                     for split, e in encoded.items())

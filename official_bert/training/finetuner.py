@@ -49,8 +49,6 @@ class Finetuner(driver.Driver):
     self.make_output_dir()
     self.num_train_examples = num_train_examples
     self.example_name = example_name
-    self.num_train_steps = config.num_train_steps
-    self.num_warmup_steps = config.num_warmup_steps
     self.build(build_model, loss_fn, metric_fn)
     self.step = self.start = 0
     # Each batch cut to its longest example (training/padding.py); TPUs
@@ -68,8 +66,8 @@ class Finetuner(driver.Driver):
   def write_run_files(self, bert_config, extra_flags=None, files=None):
     """flags.json (with the step counts), bert_config.json, `files`."""
     super().write_run_files(
-        bert_config, dict(num_train_steps=self.num_train_steps,
-                          num_warmup_steps=self.num_warmup_steps,
+        bert_config, dict(num_train_steps=self.config.num_train_steps,
+                          num_warmup_steps=self.config.num_warmup_steps,
                           **(extra_flags or {})), files)
 
   def restore_or_warm_start(self):
@@ -130,7 +128,7 @@ class Finetuner(driver.Driver):
     if config.group_by_length:
       order = padding.length_grouped_order(
           inputs["input_mask"].sum(1), batch_size, seed,
-          self.num_train_steps * batch_size)
+          config.num_train_steps * batch_size)
 
     def dataset_fn(input_context):
       batch = input_context.get_per_replica_batch_size(batch_size)
@@ -165,7 +163,7 @@ class Finetuner(driver.Driver):
     self.step = result.step
     if result.preempted:
       return False
-    print(f"Trained steps {self.start}..{self.step} ({self.num_train_steps} "
+    print(f"Trained steps {self.start}..{self.step} ({config.num_train_steps} "
           f"= {self.num_train_examples} {self.example_name} x "
           f"{config.num_train_epochs} epochs / batch {batch_size}"
           f"{'; stopped early' if result.early_stopped else ''}) in "
