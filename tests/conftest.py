@@ -11,10 +11,10 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 # Every Python process started from here (xdist's workers, the programs
 # under test) starts with tests/child_site/sitecustomize.py: see its doc.
-_CHILD_SITE = os.path.join(ROOT, "tests", "child_site")
-if _CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+from tests import testing  # pylint: disable=g-import-not-at-top,wrong-import-position
+if testing.CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
   os.environ["PYTHONPATH"] = os.pathsep.join(
-      p for p in (_CHILD_SITE, os.environ.get("PYTHONPATH")) if p)
+      p for p in (testing.CHILD_SITE, os.environ.get("PYTHONPATH")) if p)
 
 
 def pytest_configure(config):

@@ -9,9 +9,10 @@ import pytest
 from tools import corpus as _corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# PYTHONPATH of a program run by a test that sets its own: the repo, and the
-# start-up every test process gets (tests/child_site/sitecustomize.py).
-CHILD_PATH = os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "child_site")])
+# The start-up every test process gets (sitecustomize.py: see its doc), and
+# the PYTHONPATH of a program run by a test that sets its own: the repo and it.
+CHILD_SITE = os.path.join(ROOT, "tests", "child_site")
+CHILD_PATH = os.pathsep.join([ROOT, CHILD_SITE])
 TESTDATA = os.path.join(ROOT, "tests", "testdata")
 SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
 CORPUS = _corpus.PYDOCS  # SHARED_DATA/pydocs_corpus.txt
