@@ -28,14 +28,14 @@ Prints one JSON object as its last line (and writes it to --out if given).
 
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
+
+from official_bert import cli  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_enum("config", "base", ["tiny", "mini", "base", "large"],
                   "Model size: tiny (L2 H64), mini (L4 H256), base (L12 "
@@ -49,6 +49,17 @@ flags.DEFINE_float("peak_tflops", None, "The chip's dense bf16 peak in "
                    "TFLOP/s (default: 989 for H100/H200, else unknown).")
 flags.DEFINE_string("out", None, "Also write the JSON result here.")
 FLAGS = flags.FLAGS
+flags.register_multi_flags_validator(
+    ["predictions", "seq_length"],
+    lambda f: 0 < f["predictions"] < f["seq_length"] // 2,
+    "--predictions must be positive and below --seq_length / 2 (the "
+    "shortest synthetic row's length); lower it.")
+for _name in ("batch_size", "memorise_steps"):
+  flags.register_validator(_name, lambda v: v > 0,
+                           f"--{_name} must be positive.")
+flags.register_validator("steps", lambda v: v >= 0,
+                         "--steps must be 0 or more (0: only the float32 "
+                         "check).")
 
 SIZES = {"tiny": (2, 64, 2, 256), "mini": (4, 256, 4, 1024),
          "base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}
@@ -245,4 +256,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  cli.run(main)  # a bad flag: one sentence, the last line
