@@ -60,64 +60,13 @@ flags.DEFINE_list("ours_flags", [], "Extra flags for our programs, e.g. "
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from tools import short_task  # pylint: disable=g-import-not-at-top,wrong-import-position
 SIZES = {"small": dict(hidden_size=384, num_hidden_layers=6,
                        num_attention_heads=6, intermediate_size=1536),
          "base": dict(hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072)}
-NEGATIVE = {"not", "no", "never", "cannot", "error", "errors", "fail",
-            "fails", "failed", "failure", "deprecated", "invalid", "raise",
-            "raises", "raised", "exception", "warning", "unless", "without"}
-
-
 def _load():
   return os.getloadavg()[0]
-
-
-# ------------------------------------------------------------------ data ----
-def classification_data(kind, tokenizer, n_train, n_predict, seed):
-  """(train, dev) lists of (text, label) of the short or long task."""
-  import random  # pylint: disable=g-import-not-at-top
-  from tools import corpus  # pylint: disable=g-import-not-at-top
-  docs = corpus.documents()
-  rng = random.Random(seed)
-  rows = []
-  if kind == "short":
-    for doc in docs:
-      for s in doc:
-        if 4 <= len(s.split()) <= 60 and "\t" not in s:
-          words = set(re.findall(r"[a-z']+", s.lower()))
-          rows.append((s, "1" if words & NEGATIVE else "0"))
-  else:  # consecutive sentences up to 118..126 pieces
-    for i, doc in enumerate(docs):
-      label = "1" if i < len(docs) // 2 else "0"
-      text, pieces = [], 0
-      doc = [s for s in doc if "\t" not in s]
-      if not doc:
-        continue
-      counts = tokenizer.tokenize(doc).row_lengths().numpy()
-      for s, n in zip(doc, counts):
-        if pieces + n > 126:
-          if pieces >= 118:
-            rows.append((" ".join(text), label))
-          text, pieces = [], 0
-          if n > 126:
-            continue
-        text.append(s)
-        pieces += n
-  rng.shuffle(rows)
-  need = n_train + n_predict
-  if len(rows) < need:
-    raise app.UsageError(f"the corpus has {len(rows)} {kind} texts, fewer "
-                         f"than {need}; lower --train_examples or "
-                         "--predict_examples.")
-  return rows[:n_train], rows[n_train:need]
-
-
-def write_tsv(path, rows, with_label=True):
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("sentence\tlabel\n" if with_label else "sentence\n")
-    for text, label in rows:
-      f.write(f"{text}\t{label}\n" if with_label else f"{text}\n")
 
 
 # ------------------------------------------------------------------ ours ----
@@ -171,21 +120,6 @@ def hf_trainer(model, train, work, num_examples, collator):
                  data_collator=collator)
 
 
-def hf_features(inputs, extra=None):
-  """Our encoded arrays as HF features, without the padding (the collator
-  pads each batch to its longest)."""
-  rows = []
-  for i in range(len(inputs["input_mask"])):
-    n = int(inputs["input_mask"][i].sum())
-    row = {"input_ids": inputs["input_word_ids"][i][:n].tolist(),
-           "token_type_ids": inputs["input_type_ids"][i][:n].tolist(),
-           "attention_mask": [1] * n}
-    for key, values in (extra or {}).items():
-      row[key] = int(values[i])
-    rows.append(row)
-  return rows
-
-
 def timed(fn):
   load = _load()
   t0 = time.time()
@@ -201,12 +135,18 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
   from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   sizes = ((FLAGS.train_examples, FLAGS.predict_examples) if kind == "short"
            else (FLAGS.long_train, FLAGS.long_predict))
-  train, dev = classification_data(kind, tokenizer, *sizes, FLAGS.seed)
+  try:
+    train, dev = short_task.classification_data(kind, tokenizer, *sizes,
+                                                FLAGS.seed)
+  except ValueError as e:
+    names = ("--train_examples, --predict_examples" if kind == "short"
+             else "--long_train, --long_predict")
+    raise app.UsageError(f"{e} ({names})")
   task = os.path.join(work, kind)
   os.makedirs(task, exist_ok=True)
-  write_tsv(os.path.join(task, "train.tsv"), train)
-  write_tsv(os.path.join(task, "dev.tsv"), dev)
-  write_tsv(os.path.join(task, "test.tsv"), dev, with_label=False)
+  short_task.write_tsv(os.path.join(task, "train.tsv"), train)
+  short_task.write_tsv(os.path.join(task, "dev.tsv"), dev)
+  short_task.write_tsv(os.path.join(task, "test.tsv"), dev, with_label=False)
   columns = classifier_data.Columns("sentence", None, "label")
   encoded = {}
   for split in ("train", "dev"):
@@ -231,12 +171,12 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
 
   torch.manual_seed(FLAGS.seed)
   model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=2)
-  trainer = hf_trainer(model, hf_features(*encoded["train"][:1],
+  trainer = hf_trainer(model, short_task.hf_features(*encoded["train"][:1],
                                           {"labels": encoded["train"][1]}),
                        work, len(train), collator)
   result, train_s, load = timed(trainer.train)
   prediction, predict_s, _ = timed(
-      lambda: trainer.predict(hf_features(encoded["dev"][0])))
+      lambda: trainer.predict(short_task.hf_features(encoded["dev"][0])))
   accuracy = float(np.mean(prediction.predictions.argmax(-1)
                            == encoded["dev"][1]))
   hf = {"train_s": train_s, "predict_s": predict_s, "predict_n": len(dev),
@@ -284,13 +224,13 @@ def squad_task(work, tokenizer, collator, hf_dir):
   torch.manual_seed(FLAGS.seed)
   model = BertForQuestionAnswering.from_pretrained(hf_dir)
   inputs, labels = squad.feature_arrays(features["train"], True)
-  trainer = hf_trainer(model, hf_features(inputs, labels), work,
+  trainer = hf_trainer(model, short_task.hf_features(inputs, labels), work,
                        len(features["train"]), collator)
   _, train_s, load = timed(trainer.train)
 
   def predict():
     dev_inputs = squad.feature_arrays(features["dev"])
-    out = trainer.predict(hf_features(dev_inputs)).predictions
+    out = trainer.predict(short_task.hf_features(dev_inputs)).predictions
     starts, ends = out  # padded to each batch's longest by -100: fill
     full = np.full((len(features["dev"]), 384), -1e4, np.float32)
     s, e = full.copy(), full.copy()
