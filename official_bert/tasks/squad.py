@@ -33,8 +33,11 @@ answers, and without version_2_with_negative a v2.0 file is predicted as
 v1.1 (no question impossible).
 
 The context's WordPieces come from `context_pieces`, TF ops that also give
-each piece's byte range in the context: run_squad and the exported model
-(export/squad_serving.py) tokenize the same way.
+each piece's byte range in the context, and the windows (inputs, token ->
+word map, max-context flags) from `squad_windows.windows`: run_squad and
+the exported model (export/squad_serving.py) run the same functions.
+Training answers are mapped onto the windows, and predictions decoded, in
+Python here.
 """
 
 import collections
@@ -42,6 +45,8 @@ import dataclasses
 import json
 import math
 import unicodedata
+
+import numpy as np
 
 # Words of the context, as the original's is_whitespace (U+202F included).
 _SQUAD_WHITESPACE = " \t\r\n\u202f"
@@ -355,78 +360,122 @@ def improve_answer_span(doc_pieces, start, end, answer_pieces):
 
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length,
-                                 doc_stride, max_query_length, is_training):
-  """The windows of every example, as the original's features."""
+                                 doc_stride, max_query_length, is_training,
+                                 batch_size=512):
+  """The windows of every example, as the original's features.
+
+  The windows, their inputs and maps come from `squad_windows.windows` (TF
+  ops, the exported model's own); training answers are mapped onto them
+  here.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_windows  # pylint: disable=g-import-not-at-top
   contexts = sorted({e.context for e in examples})
-  by_context = dict(zip(contexts, _context_piece_lists(tokenizer, contexts)))
-  queries = _tokenize_lists(tokenizer, [e.question_text for e in examples])
+  context_index = {context: i for i, context in enumerate(contexts)}
+  word_pieces = _context_piece_lists(tokenizer, contexts)
+  queries = [q[:max_query_length] for q in _tokenize_lists(
+      tokenizer, [e.question_text for e in examples])]
   answers = (_tokenize_lists(tokenizer, [e.orig_answer_text for e in examples])
              if is_training else [None] * len(examples))
-  features = []
-  unique_id = FIRST_UNIQUE_ID
-  for example_index, example in enumerate(examples):
-    word_pieces = by_context[example.context]
-    if len(word_pieces) != len(example.doc_tokens):  # cannot happen
+  for example, query in zip(examples, queries):
+    if len(word_pieces[context_index[example.context]]) != len(
+        example.doc_tokens):  # cannot happen
       raise AssertionError(f"question {example.qas_id}: the tokenizer split "
                            "the context into different words")
-    query = queries[example_index][:max_query_length]
-    tok_to_orig_index, orig_to_tok_index, all_doc_pieces = [], [], []
-    for i, pieces in enumerate(word_pieces):
-      orig_to_tok_index.append(len(all_doc_pieces))
-      tok_to_orig_index.extend([i] * len(pieces))
-      all_doc_pieces.extend(pieces)
-    tok_start = tok_end = None
-    if is_training and example.is_impossible:
-      tok_start = tok_end = -1
-    if is_training and not example.is_impossible:
-      tok_start = orig_to_tok_index[example.start_position]
-      if example.end_position < len(example.doc_tokens) - 1:
-        tok_end = orig_to_tok_index[example.end_position + 1] - 1
-      else:
-        tok_end = len(all_doc_pieces) - 1
-      tok_start, tok_end = improve_answer_span(
-          all_doc_pieces, tok_start, tok_end, answers[example_index])
-    max_tokens_for_doc = max_seq_length - len(query) - 3
-    if max_tokens_for_doc < 1:
+    if max_seq_length - len(query) - 3 < 1:
       raise ValueError(f"--max_seq_length={max_seq_length} leaves no room "
                        f"for the context after a {len(query)}-piece question; "
                        "raise it or lower --max_query_length.")
-    spans = doc_spans(len(all_doc_pieces), max_tokens_for_doc, doc_stride)
-    best_window = max_context_windows(spans, len(all_doc_pieces))
-    for span_index, (start, length) in enumerate(spans):
-      tokens = [tokenizer.cls_id] + query + [tokenizer.sep_id]
-      segment_ids = [0] * len(tokens)
-      token_to_orig_map, token_is_max_context = {}, {}
-      for i in range(length):
-        position = start + i
-        token_to_orig_map[len(tokens)] = tok_to_orig_index[position]
-        token_is_max_context[len(tokens)] = best_window[position] == span_index
-        tokens.append(all_doc_pieces[position])
-        segment_ids.append(1)
-      tokens.append(tokenizer.sep_id)
-      segment_ids.append(1)
-      padding = max_seq_length - len(tokens)
-      feature = SquadFeature(
-          unique_id, example_index, span_index, tokens, token_to_orig_map,
-          token_is_max_context, tokens + [0] * padding,
-          [1] * len(tokens) + [0] * padding, segment_ids + [0] * padding,
-          is_impossible=example.is_impossible)
-      if is_training and not example.is_impossible:
-        if start <= tok_start and tok_end <= start + length - 1:
-          offset = len(query) + 2
-          feature.start_position = tok_start - start + offset
-          feature.end_position = tok_end - start + offset
-        else:  # The answer is not (wholly) in this window: [CLS].
-          feature.is_impossible = True
-      features.append(feature)
-      unique_id += 1
+  all_contexts = _ragged(
+      [p for pieces in word_pieces for word in pieces for p in word],
+      [len(word) for pieces in word_pieces for word in pieces],
+      [len(pieces) for pieces in word_pieces])             # [C, (W), (P)]
+  features = []
+  for first in range(0, len(examples), batch_size):
+    batch = range(first, min(first + batch_size, len(examples)))
+    windows = squad_windows.windows(
+        _ragged([p for i in batch for p in queries[i]],
+                [len(queries[i]) for i in batch]),
+        tf.gather(all_contexts, [context_index[examples[i].context]
+                                 for i in batch]),
+        max_seq_length, doc_stride, tokenizer.cls_id, tokenizer.sep_id)
+    windows = {name: value.numpy() for name, value in windows.items()}
+    answer_span = None
+    # A context without pieces has one empty window: the original has none.
+    for n in np.flatnonzero(windows["doc_length"] > 0):
+      example_index = first + int(windows["text"][n])
+      example = examples[example_index]
+      if windows["span_index"][n] == 0 and is_training:
+        answer_span = _answer_pieces(
+            example, word_pieces[context_index[example.context]],
+            answers[example_index])
+      features.append(_feature(windows, n, example_index, example,
+                               len(queries[example_index]), answer_span))
+  for unique_id, feature in enumerate(features, FIRST_UNIQUE_ID):
+    feature.unique_id = unique_id
   return features
+
+
+def _ragged(values, *row_lengths):
+  """An int64 RaggedTensor: flat `values`, then the row lengths of each
+  ragged dimension, innermost first."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  ragged = tf.constant(values, tf.int64, shape=[len(values)])
+  for lengths in row_lengths:
+    ragged = tf.RaggedTensor.from_row_lengths(
+        ragged, tf.constant(lengths, tf.int64, shape=[len(lengths)]),
+        validate=False)
+  return ragged
+
+
+def _feature(windows, n, example_index, example, query_length, answer_span):
+  """The SquadFeature of window `n`; a training answer `(first piece, last
+  piece)` of the context mapped into it."""
+  length = int(windows["input_mask"][n].sum())
+  input_ids = windows["input_word_ids"][n].tolist()
+  word = windows["word"][n]
+  positions = np.flatnonzero(word >= 0)
+  at = positions.tolist()
+  feature = SquadFeature(
+      0, example_index, int(windows["span_index"][n]), input_ids[:length],
+      dict(zip(at, word[positions].tolist())),
+      dict(zip(at, windows["is_max_context"][n][positions].tolist())),
+      input_ids, windows["input_mask"][n].tolist(),
+      windows["input_type_ids"][n].tolist(),
+      is_impossible=example.is_impossible)
+  if answer_span is not None and not example.is_impossible:
+    tok_start, tok_end = answer_span
+    start = int(windows["doc_start"][n])
+    if start <= tok_start and tok_end < start + int(windows["doc_length"][n]):
+      offset = query_length + 2
+      feature.start_position = tok_start - start + offset
+      feature.end_position = tok_end - start + offset
+    else:  # The answer is not (wholly) in this window: [CLS].
+      feature.is_impossible = True
+  return feature
+
+
+def _answer_pieces(example, word_pieces, answer_pieces):
+  """(first, last) context piece of a training answer, narrowed to the
+  answer's own pieces; None for an impossible question."""
+  if example.is_impossible:
+    return None
+  orig_to_tok_index, all_doc_pieces = [], []
+  for pieces in word_pieces:
+    orig_to_tok_index.append(len(all_doc_pieces))
+    all_doc_pieces.extend(pieces)
+  tok_start = orig_to_tok_index[example.start_position]
+  if example.end_position < len(example.doc_tokens) - 1:
+    tok_end = orig_to_tok_index[example.end_position + 1] - 1
+  else:
+    tok_end = len(all_doc_pieces) - 1
+  return improve_answer_span(all_doc_pieces, tok_start, tok_end,
+                             answer_pieces)
 
 
 def feature_arrays(features, with_positions=False):
   """Model inputs (TF-Hub names, int32 numpy [N, T]) and, for training,
   labels `start_positions`, `end_positions` (int32 [N])."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   inputs = {
       "input_word_ids": np.array([f.input_ids for f in features], np.int32),
       "input_mask": np.array([f.input_mask for f in features], np.int32),
