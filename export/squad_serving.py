@@ -20,11 +20,13 @@ split into words on whitespace, each word into WordPieces
 max_query_length; the context's pieces are covered by windows of
 seq_length - len(question) - 3 pieces, doc_stride apart, each piece
 predicted from the window that gives it the most context
-(`squad_windows.windows`), all run through the model as one batch. Then, in
-the graph where run_squad decodes in Python (`squad.postprocess`):
+(`squad_windows.windows`), all run through the model as one batch;
 candidates are the n_best_size best starts and ends of each window, a start
 at a piece whose window gives it the most context, at most
-max_answer_length pieces; the best start + end logit wins.
+max_answer_length pieces (`squad_windows.span_candidates`); the best start +
+end logit wins, the first listed on ties. Only mapping the span back to
+text differs (below): run_squad does it in Python (`squad.postprocess`,
+`get_final_text`), the graph with the pieces' byte offsets.
 
 Limits (tested against predictions.json on SQuAD v2.0 sample questions):
 - The answer is cut from the context by the pieces' byte offsets, where
@@ -39,12 +41,11 @@ Limits (tested against predictions.json on SQuAD v2.0 sample questions):
   inside an answer is not kept. start_char/end_char still index the context.
 - With no valid span (an empty context) the answer is "" (run_squad writes
   "empty" for v1.1 models).
-- Span scores are float32 sums here, Python float sums in run_squad, and
-  equal scores go to the earlier window, start and end here, to the
-  earlier-ranked logits there: spans whose scores tie or differ by float32
-  rounding can be chosen differently.
+- Span scores are float32 sums here, Python float (float64) sums in
+  run_squad: spans whose scores differ only by float32 rounding can be
+  ordered differently.
 - All windows of a request run in one batch: a very long context costs
-  memory in proportion to its windows x seq_length^2 (the span scores).
+  memory in proportion to its windows (each a seq_length model input).
 """
 
 import os
@@ -137,24 +138,21 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
     piece = tf.where(in_doc, windows["piece"] + tf.gather(
         doc.row_splits[:-1], text_of)[:, None], total_pieces)      # [Wn, T]
 
-    # ---- best span: top-n starts and ends, valid pairs, best sum
-    top = min(self.n_best_size, length)
-
-    def in_top(logits):
-      indices = tf.math.top_k(logits, top).indices                 # [Wn, n]
-      return tf.reduce_any(tf.one_hot(indices, length, on_value=True,
-                                      off_value=False), axis=1)
-    starts_ok = in_top(start_logits) & is_max_context              # [Wn, T]
-    ends_ok = in_top(end_logits) & in_doc
-    positions = tf.range(length)
-    span = positions[None, :] - positions[:, None]                 # [T, T] e - s
-    shape_ok = (span >= 0) & (span < self.max_answer_length)
-    valid = starts_ok[:, :, None] & ends_ok[:, None, :] & shape_ok[None]
-    pair = start_logits[:, :, None] + end_logits[:, None, :]       # [Wn, T, T]
+    # ---- best span: run_squad's candidates (the top-n starts and ends of
+    # each window), the best sum; on ties the earlier window, then the
+    # candidate listed first, as run_squad's stable sort.
+    starts, ends, valid = squad_windows.span_candidates(
+        start_logits, end_logits, in_doc, is_max_context, self.n_best_size,
+        self.max_answer_length)                                    # [Wn, K]
+    top = starts.shape[1]
+    pair = (tf.gather(start_logits, starts, batch_dims=1)[:, :, None]
+            + tf.gather(end_logits, ends, batch_dims=1)[:, None, :])
     pair = tf.reshape(tf.where(valid, pair, -float("inf")),
-                      [num_windows, length * length])
+                      [num_windows, top * top])                    # [Wn, K*K]
     window_best = tf.reduce_max(pair, axis=1)                      # [Wn]
-    window_arg = tf.argmax(pair, axis=1)
+    window_arg = tf.reduce_min(tf.where(
+        tf.equal(pair, window_best[:, None]), tf.range(top * top),
+        top * top), axis=1)                                        # [Wn]
     text_best = tf.math.unsorted_segment_max(window_best, text_of, num_texts)
     is_best = (window_best >= tf.gather(text_best, text_of)) & (
         window_best > -float("inf"))
@@ -163,10 +161,14 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
         num_texts)                                                 # [B]
     has_span = chosen < num_windows
     chosen = tf.where(has_span, chosen, 0)
-    arg = tf.gather(window_arg, chosen)
+    arg = tf.cast(tf.gather(window_arg, chosen), tf.int64)
     flat_piece = tf.reshape(piece, [-1])                           # [Wn * T]
-    start_piece = tf.gather(flat_piece, chosen * length + arg // length)
-    end_piece = tf.gather(flat_piece, chosen * length + arg % length)
+    start_at = tf.cast(tf.gather(tf.reshape(starts, [-1]),
+                                 chosen * top + arg // top), tf.int64)
+    end_at = tf.cast(tf.gather(tf.reshape(ends, [-1]),
+                               chosen * top + arg % top), tf.int64)
+    start_piece = tf.gather(flat_piece, chosen * length + start_at)
+    end_piece = tf.gather(flat_piece, chosen * length + end_at)
     start_piece = tf.where(has_span, start_piece, total_pieces)
     end_piece = tf.where(has_span, end_piece, total_pieces)
     pad = tf.zeros([1], tf.int64)

@@ -129,3 +129,74 @@ def test_windows_equal_the_originals(seq_length, doc_stride):
                                                         start + length))
       n += 1
   assert n == len(got["text"])
+
+
+def _get_best_indexes(logits, n_best_size):
+  """The original's (run_squad.py), line for line."""
+  index_and_score = sorted(enumerate(logits), key=lambda x: x[1], reverse=True)
+  best_indexes = []
+  for i in range(len(index_and_score)):  # pylint: disable=consider-using-enumerate
+    if i >= n_best_size:
+      break
+    best_indexes.append(index_and_score[i][0])
+  return best_indexes
+
+
+def _original_candidates(start_logits, end_logits, token_to_orig_map,
+                         token_is_max_context, n_best_size, max_answer_length):
+  """write_predictions' loops over one feature: (start, end) in order."""
+  out = []
+  for start_index in _get_best_indexes(start_logits, n_best_size):
+    for end_index in _get_best_indexes(end_logits, n_best_size):
+      if start_index not in token_to_orig_map:
+        continue
+      if end_index not in token_to_orig_map:
+        continue
+      if not token_is_max_context.get(start_index, False):
+        continue
+      if end_index < start_index:
+        continue
+      length = end_index - start_index + 1
+      if length > max_answer_length:
+        continue
+      out.append((start_index, end_index))
+  return out
+
+
+@pytest.mark.parametrize("n_best_size,max_answer_length", [
+    (20, 30), (5, 2), (3, 1), (40, 4)])
+def test_span_candidates_equal_the_originals(n_best_size, max_answer_length):
+  """Catches top-k that puts the later position first on ties (logits of
+  0, 1 and 2 tie often), a length limit off by one, an end required to be
+  a max-context piece, or a start allowed outside the context."""
+  rng = np.random.default_rng(n_best_size + max_answer_length)
+  rows, width = 60, 24
+  start_logits = rng.integers(0, 3, (rows, width)).astype(np.float64)
+  end_logits = rng.integers(0, 3, (rows, width)).astype(np.float64)
+  end_logits[::2] += rng.normal(0, 0.1, (rows // 2, width))  # some distinct
+  in_doc = np.zeros((rows, width), bool)
+  for row in range(rows):  # the context part: a random run of positions
+    first = rng.integers(1, width)
+    in_doc[row, first:rng.integers(first, width + 1)] = True
+  max_context = in_doc & (rng.random((rows, width)) < 0.7)
+  # Most top starts and ends in the context, so that spans are compared.
+  start_logits += 3 * max_context
+  end_logits += 3 * in_doc
+  starts, ends, valid = (value.numpy() for value in
+                         squad_windows.span_candidates(
+                             tf.constant(start_logits),
+                             tf.constant(end_logits), tf.constant(in_doc),
+                             tf.constant(max_context), n_best_size,
+                             max_answer_length))
+  total = 0
+  for row in range(rows):
+    positions = np.flatnonzero(in_doc[row]).tolist()
+    want = _original_candidates(
+        start_logits[row].tolist(), end_logits[row].tolist(),
+        dict.fromkeys(positions, 0),
+        {p: bool(max_context[row, p]) for p in positions}, n_best_size,
+        max_answer_length)
+    s, e = np.nonzero(valid[row])
+    assert list(zip(starts[row][s].tolist(), ends[row][e].tolist())) == want
+    total += len(want)
+  assert total >= rows // 2  # spans compared, not only empty lists

@@ -495,12 +495,6 @@ _Prelim = collections.namedtuple(
                 "end_logit"])
 
 
-def best_indexes(logits, n_best_size):
-  """Indices of the n largest logits, largest first (earlier on ties)."""
-  return sorted(range(len(logits)), key=lambda i: logits[i],
-                reverse=True)[:n_best_size]
-
-
 def softmax(scores):
   if not scores:
     return []
@@ -520,6 +514,8 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
   by_example = collections.defaultdict(list)
   for index, feature in enumerate(features):
     by_example[feature.example_index].append(index)
+  candidates = _span_candidates(features, start_logits, end_logits,
+                                n_best_size, max_answer_length)
   predictions = collections.OrderedDict()
   nbest_json = collections.OrderedDict()
   null_odds = collections.OrderedDict()
@@ -527,17 +523,11 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
     prelim = []
     score_null, null_feature = math.inf, None
     for index in by_example[example_index]:
-      feature, starts, ends = features[index], start_logits[index], end_logits[index]
+      starts, ends = start_logits[index], end_logits[index]
       if version_2_with_negative and starts[0] + ends[0] < score_null:
         score_null, null_feature = starts[0] + ends[0], index
-      for s in best_indexes(starts, n_best_size):
-        for e in best_indexes(ends, n_best_size):
-          if (s not in feature.token_to_orig_map
-              or e not in feature.token_to_orig_map
-              or not feature.token_is_max_context.get(s, False)
-              or e < s or e - s + 1 > max_answer_length):
-            continue
-          prelim.append(_Prelim(index, s, e, starts[s], ends[e]))
+      for s, e in candidates[index]:
+        prelim.append(_Prelim(index, s, e, starts[s], ends[e]))
     if version_2_with_negative and null_feature is not None:
       prelim.append(_Prelim(null_feature, 0, 0, start_logits[null_feature][0],
                             end_logits[null_feature][0]))
@@ -579,6 +569,39 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
     predictions[example.qas_id] = (
         "" if score_diff > null_score_diff_threshold else best[0])
   return predictions, nbest_json, null_odds
+
+
+def _span_candidates(features, start_logits, end_logits, n_best_size,
+                     max_answer_length, batch_size=1024):
+  """Per feature, its candidate spans [(start, end)] in the original's
+  order, from `squad_windows.span_candidates` (the exported model's)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_windows  # pylint: disable=g-import-not-at-top
+  out = []
+  for first in range(0, len(features), batch_size):
+    batch = range(first, min(first + batch_size, len(features)))
+    # Rows padded with -inf outside the context: never candidates, and
+    # ranked after every logit of the row.
+    width = max(len(start_logits[i]) for i in batch)
+    logits = np.full((2, len(batch), width), -np.inf)
+    in_doc = np.zeros((len(batch), width), bool)
+    max_context = np.zeros((len(batch), width), bool)
+    for row, i in enumerate(batch):
+      logits[0, row, :len(start_logits[i])] = start_logits[i]
+      logits[1, row, :len(end_logits[i])] = end_logits[i]
+      for position, best in features[i].token_is_max_context.items():
+        max_context[row, position] = best
+      in_doc[row, list(features[i].token_to_orig_map)] = True
+    starts, ends, valid = (value.numpy() for value in
+                           squad_windows.span_candidates(
+                               tf.constant(logits[0]), tf.constant(logits[1]),
+                               tf.constant(in_doc),
+                               tf.constant(max_context & in_doc),
+                               n_best_size, max_answer_length))
+    for row in range(len(batch)):
+      s, e = np.nonzero(valid[row])  # start rank, then end rank
+      out.append(list(zip(starts[row][s].tolist(), ends[row][e].tolist())))
+  return out
 
 
 def span_text(example, feature, start_index, end_index, vocab, do_lower_case,

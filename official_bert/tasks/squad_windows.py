@@ -1,5 +1,6 @@
-"""SQuAD's windows over a context, in TF ops: run_squad's features and the
-exported question-answering model build them with this one function.
+"""SQuAD's windows over a context and the answer spans they offer, in TF
+ops: run_squad (features, predictions) and the exported question-answering
+model build them with these functions.
 
 google-research/bert's run_squad.py: the context's WordPieces are covered by
 windows of at most `seq_length - len(query) - 3` pieces, each starting
@@ -8,7 +9,8 @@ context's last piece; a window is `[CLS] query [SEP] pieces [SEP]`, type ids
 0 then 1, padded to `seq_length`. A piece in several windows is predicted
 only from the one where it has the most context: the largest
 `min(pieces left, pieces right) + 0.01 * window length`, the first window on
-ties (`_check_is_max_context`).
+ties (`_check_is_max_context`). A window's candidate answers pair its
+n_best_size best start and end logits (`span_candidates`).
 
 Shape legend: B texts, Q query pieces, W words, P pieces, N windows,
 T seq_length.
@@ -114,3 +116,37 @@ def windows(query, context_ids, seq_length, doc_stride, cls_id, sep_id):
       "text": text, "span_index": span_index, "doc_start": start,
       "doc_length": length, "piece": piece, "word": word,
       "is_max_context": is_max_context}
+
+
+def span_candidates(start_logits, end_logits, in_doc, is_max_context,
+                    n_best_size, max_answer_length):
+  """Each window's candidate answer spans, as the original's
+  `write_predictions` enumerates them.
+
+  Args:
+    start_logits, end_logits: float [N, T].
+    in_doc, is_max_context: bool [N, T], the positions holding context
+      pieces, and those whose window gives them the most context
+      (`windows`' `piece >= 0` and `is_max_context`).
+    n_best_size, max_answer_length: ints.
+
+  Returns:
+    (starts, ends, valid): `starts`, `ends` int32 [N, K], the positions of
+    the K = min(n_best_size, T) largest start and end logits, largest first
+    (the earlier position on ties, as the original's stable sort);
+    `valid` bool [N, K, K], whether span (starts[:, i], ends[:, j]) is a
+    candidate: its start at a max-context piece, its end in the context, at
+    most `max_answer_length` pieces and not reversed. The original lists
+    candidates in this order: start rank, then end rank.
+  """
+  width = start_logits.shape[1]
+  k = (min(n_best_size, width) if width is not None else
+       tf.minimum(n_best_size, tf.shape(start_logits)[1]))
+  starts = tf.math.top_k(start_logits, k).indices                 # [N, K]
+  ends = tf.math.top_k(end_logits, k).indices
+  start_ok = tf.gather(is_max_context, starts, batch_dims=1)      # [N, K]
+  end_ok = tf.gather(in_doc, ends, batch_dims=1)
+  length = ends[:, None, :] - starts[:, :, None] + 1              # [N, K, K]
+  valid = (start_ok[:, :, None] & end_ok[:, None, :] & (length >= 1)
+           & (length <= max_answer_length))
+  return starts, ends, valid
