@@ -4,6 +4,7 @@ its doc spans, `_check_is_max_context` and the feature's tokens, segment
 ids and token_to_orig_map, on random lengths."""
 
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -200,3 +201,25 @@ def test_span_candidates_equal_the_originals(n_best_size, max_answer_length):
     assert list(zip(starts[row][s].tolist(), ends[row][e].tolist())) == want
     total += len(want)
   assert total >= rows // 2  # spans compared, not only empty lists
+
+
+@pytest.mark.parametrize("is_training", [False, True])
+def test_features_do_not_depend_on_the_batch_size(is_training):
+  """run_squad's features come from `windows` in batches of examples.
+  Catches a batch's example indices or unique ids restarting at 0, and an
+  answer mapped in the wrong example's windows."""
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
+  from tests import testing  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB, True)
+  examples = squad.read_squad_examples(
+      os.path.join(testing.SHARED_DATA, "squad_v2_sample.json"), is_training,
+      True)
+  one = squad.convert_examples_to_features(examples, tokenizer, 48, 16, 12,
+                                           is_training)
+  assert len(one) > 2 * len(examples)  # several windows per context
+  assert sum(not f.is_impossible for f in one) > 3 or not is_training
+  batched = squad.convert_examples_to_features(
+      examples, tokenizer, 48, 16, 12, is_training, batch_size=3)
+  assert batched == one

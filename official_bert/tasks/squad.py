@@ -361,7 +361,7 @@ def improve_answer_span(doc_pieces, start, end, answer_pieces):
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length,
                                  doc_stride, max_query_length, is_training,
-                                 batch_size=512):
+                                 batch_size=2048):
   """The windows of every example, as the original's features.
 
   The windows, their inputs and maps come from `squad_windows.windows` (TF
