@@ -53,13 +53,13 @@ import os
 import re
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from export import saved_model_io
 from export import serving_weights
 from export import tfhub_modules
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import heads as heads_lib
+from official_bert.data import segment_packing
 from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
 
@@ -144,70 +144,8 @@ def tokenize_with_masks(tokenizer, texts):
       joined, parts.row_splits).merge_dims(1, 2)
 
 
-def pack_to_longest(segments, seq_length, cls_id, sep_id, pad_multiple=1):
-  """`[CLS] a [SEP] (b [SEP])`, trimmed to seq_length, padded to the longest.
-
-  As google-research/bert's `convert_single_example` (and
-  tasks/classifier_data.encode, which packs for training): a row whose
-  second text has no WordPieces (empty, whitespace, control characters) is
-  `[CLS] a [SEP]`, truncated as a single text; other pairs are trimmed
-  round-robin, which keeps what popping from the longer side (b on ties)
-  keeps. The batch is padded only to its longest packed row, rounded up to
-  a multiple of `pad_multiple` and at most `seq_length`.
-
-  Args:
-    segments: list of 1 or 2 int RaggedTensors [B, (pieces)].
-    seq_length: the longest packed length (an int).
-    cls_id, sep_id: the special ids.
-    pad_multiple: round the padded length up to a multiple of this.
-
-  Returns:
-    dict of int32 [B, T] `input_word_ids`, `input_mask`, `input_type_ids`.
-  """
-  flat = [tf.cast(segment, tf.int32) for segment in segments]
-  if len(flat) == 1:
-    trimmed = [flat[0][:, :seq_length - 2]]
-    ids, type_ids = segments_lib.combine_segments(trimmed, cls_id, sep_id)
-  else:
-    ids, type_ids = _pack_pair(flat, seq_length, cls_id, sep_id)
-  lengths = tf.cast(ids.row_lengths(), tf.int32)  # [B]
-  longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
-  length = tf.minimum((longest + pad_multiple - 1) // pad_multiple *
-                      pad_multiple, seq_length)
-  shape = tf.stack([tf.size(lengths), length])
-  return {"input_word_ids": tf.cast(ids.to_tensor(shape=shape), tf.int32),
-          "input_mask": tf.sequence_mask(lengths, length, dtype=tf.int32),
-          "input_type_ids": tf.cast(type_ids.to_tensor(shape=shape),
-                                    tf.int32)}
-
-
-def _pack_pair(flat, seq_length, cls_id, sep_id):
-  """Pairs [B, (A)], [B, (B)] -> (ids, type_ids) RaggedTensors; rows with an
-  empty b packed as single texts (see pack_to_longest)."""
-  a, b = flat
-  has_b = b.row_lengths() > 0                                        # [B]
-  pair_a, pair_b = tf_text.RoundRobinTrimmer(
-      max_seq_length=seq_length - 3).trim([a, b])
-  # a's kept length: the pair's share, or seq_length - 2 alone.
-  keep_a = tf.where(has_b, pair_a.row_lengths(),
-                    tf.minimum(a.row_lengths(), seq_length - 2))     # [B]
-  a = tf.ragged.boolean_mask(
-      a, tf.ragged.range(a.row_lengths()) < keep_a[:, None])        # [B, (A')]
-  rows = a.nrows()
-
-  def column(value, row_lengths):  # [B, (0 or 1)]
-    return tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(row_lengths)], tf.constant(value, tf.int32)),
-        row_lengths)
-
-  one = tf.ones([rows], tf.int64)
-  b_sep = tf.cast(has_b, tf.int64)  # The second [SEP] only after a real b.
-  ids = segments_lib.concat([column(cls_id, one), a, column(sep_id, one),
-                             pair_b, column(sep_id, b_sep)])
-  type_ids = segments_lib.concat([
-      column(0, one), tf.zeros_like(a), column(0, one), tf.ones_like(pair_b),
-      column(1, b_sep)])
-  return ids, type_ids
+# The one packing of texts, shared with training (classifier_data.encode).
+pack_to_longest = segment_packing.pack_to_longest
 
 
 class ServingModule(tf.__internal__.tracking.AutoTrackable):

@@ -14,13 +14,19 @@ graph (core TF + TF Text ops, the vocab as an asset):
            no_answer [B] bool: v2.0 models only, null_score_diff >
              null_score_diff_threshold (then answer is "")
 
-As run_squad.py (tasks/squad.py): the context is split into words on
-whitespace, each word into WordPieces; the question's pieces are cut to
+As run_squad.py (tasks/squad.py), with the same functions: the context is
+split into words on whitespace, each word into WordPieces
+(`squad.context_pieces`); the question's pieces are cut to
 max_query_length; the context's pieces are covered by windows of
-seq_length - len(question) - 3 pieces, doc_stride apart, all run through the
-model as one batch; candidates are the n_best_size best starts and ends of
-each window, a start at a piece whose window gives it the most context, at
-most max_answer_length pieces; the best start + end logit wins.
+seq_length - len(question) - 3 pieces, doc_stride apart, each piece
+predicted from the window that gives it the most context
+(`squad_windows.windows`), all run through the model as one batch;
+candidates are the n_best_size best starts and ends of each window, a start
+at a piece whose window gives it the most context, at most
+max_answer_length pieces (`squad_windows.span_candidates`); the best start +
+end logit wins, the first listed on ties. Only mapping the span back to
+text differs (below): run_squad does it in Python (`squad.postprocess`,
+`get_final_text`), the graph with the pieces' byte offsets.
 
 Limits (tested against predictions.json on SQuAD v2.0 sample questions):
 - The answer is cut from the context by the pieces' byte offsets, where
@@ -35,8 +41,11 @@ Limits (tested against predictions.json on SQuAD v2.0 sample questions):
   inside an answer is not kept. start_char/end_char still index the context.
 - With no valid span (an empty context) the answer is "" (run_squad writes
   "empty" for v1.1 models).
+- Span scores are float32 sums here, Python float (float64) sums in
+  run_squad: spans whose scores differ only by float32 rounding can be
+  ordered differently.
 - All windows of a request run in one batch: a very long context costs
-  memory in proportion to its windows x seq_length^2 (the span scores).
+  memory in proportion to its windows (each a seq_length model input).
 """
 
 import os
@@ -47,9 +56,9 @@ from export import saved_model_io
 from export import serving
 from export import serving_weights
 from export import tfhub_modules
-from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
 from official_bert.tasks import squad
+from official_bert.tasks import squad_windows
 
 SIGNATURE = "serving_default"
 DEFAULT_WARMUP = (("Who wrote it?", "It was written by Guido van Rossum."),)
@@ -110,76 +119,40 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
     piece_end = pieces["piece_end"].flat_values
     piece_word = pieces["ids"].values.value_rowids()              # [Nt]
 
-    # ---- windows: [CLS] query [SEP] context[start:start + len] [SEP]
-    num_pieces = doc.row_lengths()                                 # [B]
-    room = length - query.row_lengths() - 3                        # [B]
-    step = tf.minimum(room, self.doc_stride)
-    count = 1 + (tf.maximum(num_pieces - room, 0) + step - 1) // step
-    text_of = tf.repeat(tf.range(num_texts), count)                # [Wn]
-    k = tf.ragged.range(count).flat_values                         # [Wn]
-    start = k * tf.gather(step, text_of)                           # [Wn]
-    win_len = tf.minimum(tf.gather(room, text_of),
-                         tf.gather(num_pieces, text_of) - start)
-    base = tf.gather(doc.row_splits[:-1], text_of) + start        # [Wn]
-    window = tf.gather(doc.flat_values,
-                       tf.ragged.range(base, base + win_len))     # [Wn, (len)]
-    win_query = tf.gather(query, text_of)                          # [Wn, (Q)]
-    num_windows = tf.shape(text_of, out_type=tf.int64)[0]
-    cls = tf.RaggedTensor.from_tensor(
-        tf.fill([num_windows, 1], tf.constant(tokenizer.cls_id, tf.int64)))
-    sep = tf.RaggedTensor.from_tensor(
-        tf.fill([num_windows, 1], tf.constant(tokenizer.sep_id, tf.int64)))
-    ids = segments_lib.concat([cls, win_query, sep, window, sep])
-    type_ids = segments_lib.concat([
-        tf.zeros_like(cls), tf.zeros_like(win_query), tf.zeros_like(sep),
-        tf.ones_like(window), tf.ones_like(sep)])
-    shape = [None, length]
-    inputs = {
-        "input_word_ids": tf.cast(ids.to_tensor(0, shape=shape), tf.int32),
-        "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0, shape=shape),
-                              tf.int32),
-        "input_type_ids": tf.cast(type_ids.to_tensor(0, shape=shape),
-                                  tf.int32)}
+    # ---- windows: [CLS] query [SEP] context piece [SEP], run_squad's own
+    windows = squad_windows.windows(query, pieces["ids"], length,
+                                    self.doc_stride, tokenizer.cls_id,
+                                    tokenizer.sep_id)
+    inputs = {name: windows[name] for name in (
+        "input_word_ids", "input_mask", "input_type_ids")}
     with self._weights.value.scope():
       outputs = self._model.value(inputs, training=False)
     start_logits = tf.cast(outputs["start_logits"], tf.float32)   # [Wn, T]
     end_logits = tf.cast(outputs["end_logits"], tf.float32)
-
-    # ---- which window positions hold context pieces, and their best window
-    offset = tf.gather(query.row_lengths(), text_of) + 2           # [Wn]
-    rel = tf.range(length, dtype=tf.int64)[None, :] - offset[:, None]
-    in_doc = (rel >= 0) & (rel < win_len[:, None])                 # [Wn, T]
-    context_score = (
-        tf.cast(tf.minimum(rel, win_len[:, None] - 1 - rel), tf.float64)
-        + 0.01 * tf.cast(win_len[:, None], tf.float64)
-        - 1e-6 * tf.cast(k[:, None], tf.float64))  # earlier window on ties
-    context_score = tf.where(in_doc, context_score, -1e9)
+    text_of = windows["text"]                                      # [Wn]
+    num_windows = tf.shape(text_of, out_type=tf.int64)[0]
+    in_doc = windows["piece"] >= 0                                 # [Wn, T]
+    is_max_context = windows["is_max_context"]
     total_pieces = tf.shape(piece_start, out_type=tf.int64)[0]
-    piece = tf.where(in_doc, base[:, None] + rel, total_pieces)    # [Wn, T]
-    best_context = tf.math.unsorted_segment_max(
-        tf.reshape(context_score, [-1]), tf.reshape(piece, [-1]),
-        total_pieces + 1)
-    is_max_context = in_doc & (
-        context_score >= tf.gather(best_context, piece))
+    # Each position's piece among all texts' pieces (total_pieces outside).
+    piece = tf.where(in_doc, windows["piece"] + tf.gather(
+        doc.row_splits[:-1], text_of)[:, None], total_pieces)      # [Wn, T]
 
-    # ---- best span: top-n starts and ends, valid pairs, best sum
-    top = min(self.n_best_size, length)
-
-    def in_top(logits):
-      indices = tf.math.top_k(logits, top).indices                 # [Wn, n]
-      return tf.reduce_any(tf.one_hot(indices, length, on_value=True,
-                                      off_value=False), axis=1)
-    starts_ok = in_top(start_logits) & is_max_context              # [Wn, T]
-    ends_ok = in_top(end_logits) & in_doc
-    positions = tf.range(length)
-    span = positions[None, :] - positions[:, None]                 # [T, T] e - s
-    shape_ok = (span >= 0) & (span < self.max_answer_length)
-    valid = starts_ok[:, :, None] & ends_ok[:, None, :] & shape_ok[None]
-    pair = start_logits[:, :, None] + end_logits[:, None, :]       # [Wn, T, T]
+    # ---- best span: run_squad's candidates (the top-n starts and ends of
+    # each window), the best sum; on ties the earlier window, then the
+    # candidate listed first, as run_squad's stable sort.
+    starts, ends, valid = squad_windows.span_candidates(
+        start_logits, end_logits, in_doc, is_max_context, self.n_best_size,
+        self.max_answer_length)                                    # [Wn, K]
+    top = starts.shape[1]
+    pair = (tf.gather(start_logits, starts, batch_dims=1)[:, :, None]
+            + tf.gather(end_logits, ends, batch_dims=1)[:, None, :])
     pair = tf.reshape(tf.where(valid, pair, -float("inf")),
-                      [num_windows, length * length])
+                      [num_windows, top * top])                    # [Wn, K*K]
     window_best = tf.reduce_max(pair, axis=1)                      # [Wn]
-    window_arg = tf.argmax(pair, axis=1)
+    window_arg = tf.reduce_min(tf.where(
+        tf.equal(pair, window_best[:, None]), tf.range(top * top),
+        top * top), axis=1)                                        # [Wn]
     text_best = tf.math.unsorted_segment_max(window_best, text_of, num_texts)
     is_best = (window_best >= tf.gather(text_best, text_of)) & (
         window_best > -float("inf"))
@@ -188,11 +161,14 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
         num_texts)                                                 # [B]
     has_span = chosen < num_windows
     chosen = tf.where(has_span, chosen, 0)
-    arg = tf.gather(window_arg, chosen)
-    start_piece = (tf.gather(base, chosen) + arg // length
-                   - tf.gather(offset, chosen))
-    end_piece = (tf.gather(base, chosen) + arg % length
-                 - tf.gather(offset, chosen))
+    arg = tf.cast(tf.gather(window_arg, chosen), tf.int64)
+    flat_piece = tf.reshape(piece, [-1])                           # [Wn * T]
+    start_at = tf.cast(tf.gather(tf.reshape(starts, [-1]),
+                                 chosen * top + arg // top), tf.int64)
+    end_at = tf.cast(tf.gather(tf.reshape(ends, [-1]),
+                               chosen * top + arg % top), tf.int64)
+    start_piece = tf.gather(flat_piece, chosen * length + start_at)
+    end_piece = tf.gather(flat_piece, chosen * length + end_at)
     start_piece = tf.where(has_span, start_piece, total_pieces)
     end_piece = tf.where(has_span, end_piece, total_pieces)
     pad = tf.zeros([1], tf.int64)

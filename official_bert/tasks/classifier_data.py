@@ -122,54 +122,46 @@ def label_ids(examples, labels, regression=False):
   return np.array(ids, np.int32)
 
 
-def encode(examples, tokenizer, max_seq_length, batch_size=512):
+def encode(examples, tokenizer, max_seq_length, batch_size=8192):
   """Packs examples as `[CLS] a [SEP] (b [SEP])`, int32 arrays [N, T].
 
-  As google-research/bert's `convert_single_example`: a pair is truncated
-  one token at a time from the longer side (b on ties) until it fits; a
-  second text without WordPieces (empty or whitespace) packs as a single
-  text, `[CLS] a [SEP]` (the original's `if tokens_b:`), as serving does.
+  The exported model's packing (`segment_packing.pack_to_longest`, TF ops),
+  every row padded to T = `max_seq_length`. As google-research/bert's
+  `convert_single_example`: a pair is truncated one token at a time from
+  the longer side (b on ties) until it fits; a second text without
+  WordPieces (empty or whitespace) packs as a single text, `[CLS] a [SEP]`
+  (the original's `if tokens_b:`).
   """
-  if max_seq_length < 3 + any(e.text_b is not None for e in examples):
+  pair = bool(examples) and examples[0].text_b is not None
+  if max_seq_length < 3 + pair:
     raise ValueError(f"--max_seq_length={max_seq_length} leaves no room for "
                      "text besides [CLS] and [SEP]")
-  pieces_a = _tokenize([e.text for e in examples], tokenizer, batch_size)
-  pieces_b = (_tokenize([e.text_b for e in examples], tokenizer, batch_size)
-              if examples and examples[0].text_b is not None else None)
-  n = len(examples)
-  word_ids = np.full((n, max_seq_length), tokenizer.pad_id, np.int32)
-  mask = np.zeros((n, max_seq_length), np.int32)
-  type_ids = np.zeros((n, max_seq_length), np.int32)
-  for i in range(n):
-    a = pieces_a[i]
-    b = pieces_b[i] if pieces_b is not None else None
-    if not b:  # No second text, or one without WordPieces.
-      a = a[:max_seq_length - 2]
-      ids = [tokenizer.cls_id] + a + [tokenizer.sep_id]
-      types = [0] * len(ids)
-    else:
-      a, b = _truncate_pair(a, b, max_seq_length - 3)
-      ids = [tokenizer.cls_id] + a + [tokenizer.sep_id] + b + [tokenizer.sep_id]
-      types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    word_ids[i, :len(ids)] = ids
-    mask[i, :len(ids)] = 1
-    type_ids[i, :len(ids)] = types
-  return {"input_word_ids": word_ids, "input_mask": mask,
-          "input_type_ids": type_ids}
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.data import segment_packing  # pylint: disable=g-import-not-at-top
+  names = ("input_word_ids", "input_mask", "input_type_ids")
+  chunks = {name: [np.zeros((0, max_seq_length), np.int32)] for name in names}
+  for start in range(0, len(examples), batch_size):
+    batch = examples[start:start + batch_size]
+    texts = [[e.text for e in batch]] + (
+        [[e.text_b or "" for e in batch]] if pair else [])
+    packed = segment_packing.pack_to_longest(
+        [tokenizer.tokenize(tf.constant(t, tf.string)) for t in texts],
+        max_seq_length, tokenizer.cls_id, tokenizer.sep_id,
+        pad_multiple=max_seq_length)
+    for name in names:
+      chunks[name].append(packed[name].numpy())
+  return {name: np.concatenate(chunks[name]) for name in names}
 
 
 def _truncate_pair(a, b, budget):
-  a, b = list(a), list(b)
-  while len(a) + len(b) > budget:
-    (a if len(a) > len(b) else b).pop()
-  return a, b
-
-
-def _tokenize(texts, tokenizer, batch_size):
-  out = []
-  for start in range(0, len(texts), batch_size):
-    out.extend(tokenizer.tokenize(texts[start:start + batch_size]).to_list())
-  return out
+  """What packing keeps of a pair of piece lists `a`, `b` (b not empty)
+  in `budget` pieces: `segment_packing.trim_pair` on Python lists."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.data import segment_packing  # pylint: disable=g-import-not-at-top
+  a, b = segment_packing.trim_pair(
+      tf.ragged.constant([a], tf.int64), tf.ragged.constant([b], tf.int64),
+      budget + 3)
+  return a.to_list()[0], b.to_list()[0]
 
 
 def _text(value):

@@ -33,8 +33,11 @@ answers, and without version_2_with_negative a v2.0 file is predicted as
 v1.1 (no question impossible).
 
 The context's WordPieces come from `context_pieces`, TF ops that also give
-each piece's byte range in the context: run_squad and the exported model
-(export/squad_serving.py) tokenize the same way.
+each piece's byte range in the context, and the windows (inputs, token ->
+word map, max-context flags) from `squad_windows.windows`: run_squad and
+the exported model (export/squad_serving.py) run the same functions.
+Training answers are mapped onto the windows, and predictions decoded, in
+Python here.
 """
 
 import collections
@@ -42,6 +45,8 @@ import dataclasses
 import json
 import math
 import unicodedata
+
+import numpy as np
 
 # Words of the context, as the original's is_whitespace (U+202F included).
 _SQUAD_WHITESPACE = " \t\r\n\u202f"
@@ -355,78 +360,122 @@ def improve_answer_span(doc_pieces, start, end, answer_pieces):
 
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length,
-                                 doc_stride, max_query_length, is_training):
-  """The windows of every example, as the original's features."""
+                                 doc_stride, max_query_length, is_training,
+                                 batch_size=2048):
+  """The windows of every example, as the original's features.
+
+  The windows, their inputs and maps come from `squad_windows.windows` (TF
+  ops, the exported model's own); training answers are mapped onto them
+  here.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_windows  # pylint: disable=g-import-not-at-top
   contexts = sorted({e.context for e in examples})
-  by_context = dict(zip(contexts, _context_piece_lists(tokenizer, contexts)))
-  queries = _tokenize_lists(tokenizer, [e.question_text for e in examples])
+  context_index = {context: i for i, context in enumerate(contexts)}
+  word_pieces = _context_piece_lists(tokenizer, contexts)
+  queries = [q[:max_query_length] for q in _tokenize_lists(
+      tokenizer, [e.question_text for e in examples])]
   answers = (_tokenize_lists(tokenizer, [e.orig_answer_text for e in examples])
              if is_training else [None] * len(examples))
-  features = []
-  unique_id = FIRST_UNIQUE_ID
-  for example_index, example in enumerate(examples):
-    word_pieces = by_context[example.context]
-    if len(word_pieces) != len(example.doc_tokens):  # cannot happen
+  for example, query in zip(examples, queries):
+    if len(word_pieces[context_index[example.context]]) != len(
+        example.doc_tokens):  # cannot happen
       raise AssertionError(f"question {example.qas_id}: the tokenizer split "
                            "the context into different words")
-    query = queries[example_index][:max_query_length]
-    tok_to_orig_index, orig_to_tok_index, all_doc_pieces = [], [], []
-    for i, pieces in enumerate(word_pieces):
-      orig_to_tok_index.append(len(all_doc_pieces))
-      tok_to_orig_index.extend([i] * len(pieces))
-      all_doc_pieces.extend(pieces)
-    tok_start = tok_end = None
-    if is_training and example.is_impossible:
-      tok_start = tok_end = -1
-    if is_training and not example.is_impossible:
-      tok_start = orig_to_tok_index[example.start_position]
-      if example.end_position < len(example.doc_tokens) - 1:
-        tok_end = orig_to_tok_index[example.end_position + 1] - 1
-      else:
-        tok_end = len(all_doc_pieces) - 1
-      tok_start, tok_end = improve_answer_span(
-          all_doc_pieces, tok_start, tok_end, answers[example_index])
-    max_tokens_for_doc = max_seq_length - len(query) - 3
-    if max_tokens_for_doc < 1:
+    if max_seq_length - len(query) - 3 < 1:
       raise ValueError(f"--max_seq_length={max_seq_length} leaves no room "
                        f"for the context after a {len(query)}-piece question; "
                        "raise it or lower --max_query_length.")
-    spans = doc_spans(len(all_doc_pieces), max_tokens_for_doc, doc_stride)
-    best_window = max_context_windows(spans, len(all_doc_pieces))
-    for span_index, (start, length) in enumerate(spans):
-      tokens = [tokenizer.cls_id] + query + [tokenizer.sep_id]
-      segment_ids = [0] * len(tokens)
-      token_to_orig_map, token_is_max_context = {}, {}
-      for i in range(length):
-        position = start + i
-        token_to_orig_map[len(tokens)] = tok_to_orig_index[position]
-        token_is_max_context[len(tokens)] = best_window[position] == span_index
-        tokens.append(all_doc_pieces[position])
-        segment_ids.append(1)
-      tokens.append(tokenizer.sep_id)
-      segment_ids.append(1)
-      padding = max_seq_length - len(tokens)
-      feature = SquadFeature(
-          unique_id, example_index, span_index, tokens, token_to_orig_map,
-          token_is_max_context, tokens + [0] * padding,
-          [1] * len(tokens) + [0] * padding, segment_ids + [0] * padding,
-          is_impossible=example.is_impossible)
-      if is_training and not example.is_impossible:
-        if start <= tok_start and tok_end <= start + length - 1:
-          offset = len(query) + 2
-          feature.start_position = tok_start - start + offset
-          feature.end_position = tok_end - start + offset
-        else:  # The answer is not (wholly) in this window: [CLS].
-          feature.is_impossible = True
-      features.append(feature)
-      unique_id += 1
+  all_contexts = _ragged(
+      [p for pieces in word_pieces for word in pieces for p in word],
+      [len(word) for pieces in word_pieces for word in pieces],
+      [len(pieces) for pieces in word_pieces])             # [C, (W), (P)]
+  features = []
+  for first in range(0, len(examples), batch_size):
+    batch = range(first, min(first + batch_size, len(examples)))
+    windows = squad_windows.windows(
+        _ragged([p for i in batch for p in queries[i]],
+                [len(queries[i]) for i in batch]),
+        tf.gather(all_contexts, [context_index[examples[i].context]
+                                 for i in batch]),
+        max_seq_length, doc_stride, tokenizer.cls_id, tokenizer.sep_id)
+    windows = {name: value.numpy() for name, value in windows.items()}
+    answer_span = None
+    # A context without pieces has one empty window: the original has none.
+    for n in np.flatnonzero(windows["doc_length"] > 0):
+      example_index = first + int(windows["text"][n])
+      example = examples[example_index]
+      if windows["span_index"][n] == 0 and is_training:
+        answer_span = _answer_pieces(
+            example, word_pieces[context_index[example.context]],
+            answers[example_index])
+      features.append(_feature(windows, n, example_index, example,
+                               len(queries[example_index]), answer_span))
+  for unique_id, feature in enumerate(features, FIRST_UNIQUE_ID):
+    feature.unique_id = unique_id
   return features
+
+
+def _ragged(values, *row_lengths):
+  """An int64 RaggedTensor: flat `values`, then the row lengths of each
+  ragged dimension, innermost first."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  ragged = tf.constant(values, tf.int64, shape=[len(values)])
+  for lengths in row_lengths:
+    ragged = tf.RaggedTensor.from_row_lengths(
+        ragged, tf.constant(lengths, tf.int64, shape=[len(lengths)]),
+        validate=False)
+  return ragged
+
+
+def _feature(windows, n, example_index, example, query_length, answer_span):
+  """The SquadFeature of window `n`; a training answer `(first piece, last
+  piece)` of the context mapped into it."""
+  length = int(windows["input_mask"][n].sum())
+  input_ids = windows["input_word_ids"][n].tolist()
+  word = windows["word"][n]
+  positions = np.flatnonzero(word >= 0)
+  at = positions.tolist()
+  feature = SquadFeature(
+      0, example_index, int(windows["span_index"][n]), input_ids[:length],
+      dict(zip(at, word[positions].tolist())),
+      dict(zip(at, windows["is_max_context"][n][positions].tolist())),
+      input_ids, windows["input_mask"][n].tolist(),
+      windows["input_type_ids"][n].tolist(),
+      is_impossible=example.is_impossible)
+  if answer_span is not None and not example.is_impossible:
+    tok_start, tok_end = answer_span
+    start = int(windows["doc_start"][n])
+    if start <= tok_start and tok_end < start + int(windows["doc_length"][n]):
+      offset = query_length + 2
+      feature.start_position = tok_start - start + offset
+      feature.end_position = tok_end - start + offset
+    else:  # The answer is not (wholly) in this window: [CLS].
+      feature.is_impossible = True
+  return feature
+
+
+def _answer_pieces(example, word_pieces, answer_pieces):
+  """(first, last) context piece of a training answer, narrowed to the
+  answer's own pieces; None for an impossible question."""
+  if example.is_impossible:
+    return None
+  orig_to_tok_index, all_doc_pieces = [], []
+  for pieces in word_pieces:
+    orig_to_tok_index.append(len(all_doc_pieces))
+    all_doc_pieces.extend(pieces)
+  tok_start = orig_to_tok_index[example.start_position]
+  if example.end_position < len(example.doc_tokens) - 1:
+    tok_end = orig_to_tok_index[example.end_position + 1] - 1
+  else:
+    tok_end = len(all_doc_pieces) - 1
+  return improve_answer_span(all_doc_pieces, tok_start, tok_end,
+                             answer_pieces)
 
 
 def feature_arrays(features, with_positions=False):
   """Model inputs (TF-Hub names, int32 numpy [N, T]) and, for training,
   labels `start_positions`, `end_positions` (int32 [N])."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   inputs = {
       "input_word_ids": np.array([f.input_ids for f in features], np.int32),
       "input_mask": np.array([f.input_mask for f in features], np.int32),
@@ -444,12 +493,6 @@ def feature_arrays(features, with_positions=False):
 _Prelim = collections.namedtuple(
     "_Prelim", ["feature_index", "start_index", "end_index", "start_logit",
                 "end_logit"])
-
-
-def best_indexes(logits, n_best_size):
-  """Indices of the n largest logits, largest first (earlier on ties)."""
-  return sorted(range(len(logits)), key=lambda i: logits[i],
-                reverse=True)[:n_best_size]
 
 
 def softmax(scores):
@@ -471,6 +514,8 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
   by_example = collections.defaultdict(list)
   for index, feature in enumerate(features):
     by_example[feature.example_index].append(index)
+  candidates = _span_candidates(features, start_logits, end_logits,
+                                n_best_size, max_answer_length)
   predictions = collections.OrderedDict()
   nbest_json = collections.OrderedDict()
   null_odds = collections.OrderedDict()
@@ -478,17 +523,11 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
     prelim = []
     score_null, null_feature = math.inf, None
     for index in by_example[example_index]:
-      feature, starts, ends = features[index], start_logits[index], end_logits[index]
+      starts, ends = start_logits[index], end_logits[index]
       if version_2_with_negative and starts[0] + ends[0] < score_null:
         score_null, null_feature = starts[0] + ends[0], index
-      for s in best_indexes(starts, n_best_size):
-        for e in best_indexes(ends, n_best_size):
-          if (s not in feature.token_to_orig_map
-              or e not in feature.token_to_orig_map
-              or not feature.token_is_max_context.get(s, False)
-              or e < s or e - s + 1 > max_answer_length):
-            continue
-          prelim.append(_Prelim(index, s, e, starts[s], ends[e]))
+      for s, e in candidates[index]:
+        prelim.append(_Prelim(index, s, e, starts[s], ends[e]))
     if version_2_with_negative and null_feature is not None:
       prelim.append(_Prelim(null_feature, 0, 0, start_logits[null_feature][0],
                             end_logits[null_feature][0]))
@@ -530,6 +569,39 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
     predictions[example.qas_id] = (
         "" if score_diff > null_score_diff_threshold else best[0])
   return predictions, nbest_json, null_odds
+
+
+def _span_candidates(features, start_logits, end_logits, n_best_size,
+                     max_answer_length, batch_size=1024):
+  """Per feature, its candidate spans [(start, end)] in the original's
+  order, from `squad_windows.span_candidates` (the exported model's)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_windows  # pylint: disable=g-import-not-at-top
+  out = []
+  for first in range(0, len(features), batch_size):
+    batch = range(first, min(first + batch_size, len(features)))
+    # Rows padded with -inf outside the context: never candidates, and
+    # ranked after every logit of the row.
+    width = max(len(start_logits[i]) for i in batch)
+    logits = np.full((2, len(batch), width), -np.inf)
+    in_doc = np.zeros((len(batch), width), bool)
+    max_context = np.zeros((len(batch), width), bool)
+    for row, i in enumerate(batch):
+      logits[0, row, :len(start_logits[i])] = start_logits[i]
+      logits[1, row, :len(end_logits[i])] = end_logits[i]
+      for position, best in features[i].token_is_max_context.items():
+        max_context[row, position] = best
+      in_doc[row, list(features[i].token_to_orig_map)] = True
+    starts, ends, valid = (value.numpy() for value in
+                           squad_windows.span_candidates(
+                               tf.constant(logits[0]), tf.constant(logits[1]),
+                               tf.constant(in_doc),
+                               tf.constant(max_context & in_doc),
+                               n_best_size, max_answer_length))
+    for row in range(len(batch)):
+      s, e = np.nonzero(valid[row])  # start rank, then end rank
+      out.append(list(zip(starts[row][s].tolist(), ends[row][e].tolist())))
+  return out
 
 
 def span_text(example, feature, start_index, end_index, vocab, do_lower_case,
