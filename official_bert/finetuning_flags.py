@@ -9,13 +9,11 @@ define their own data flags and then:
       preemption.install()
       cpu_allocator.use_bfc()
       finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
-      ... read and check the task's files (no TensorFlow yet) ...
-      config, tokenizer = finetuning_flags.load_config_and_vocab(FLAGS)
-      run = finetuner.Finetuner(
-          finetuning_flags.driver_config(FLAGS, num_train_examples),
-          lambda kernels: Model.from_bert_config(config, n, kernels=kernels),
-          loss_fn, metric_fn, num_train_examples)
-      ... then as training/finetuner.py shows.
+      task = ner_task.NerTask(ner_task.NerConfig(...))   # from the flags
+      finetuning_flags.run(FLAGS, task, "run_ner", export)
+
+`run` has the task read its files (no TensorFlow yet), loads the config and
+vocab, has the task encode them and hands it to `finetuner.run_task`.
 
 The flags are google-research/bert's (same names and defaults: the
 program passes its own defaults, as run_squad's max_seq_length=384), plus the

@@ -1,11 +1,12 @@
 """The driver's fine-tuning layer: padding, evaluation while training, predict.
 
 `run_classifier`, `run_ner` and `run_squad` build a `DriverConfig` from
-their flags (`finetuning_flags.driver_config`) and then:
+their flags (`finetuning_flags.driver_config`) and a task (tasks/*_task.py)
+and call `run_task`, which does:
 
-    run = Finetuner(config, lambda kernels: Model.from_bert_config(
-                        bert_config, n, kernels=kernels),
-                    loss_fn, metric_fn, num_train_examples)
+    run = Finetuner(config, lambda kernels: task.build_model(
+                        bert_config, kernels),
+                    task.losses, task.metric_counts, num_train_examples)
     run.write_run_files(bert_config, files={"label_list.json": "..."})
     run.restore_or_warm_start()         # resume, or --init_checkpoint
     if config.do_train and not run.train(inputs, labels,
