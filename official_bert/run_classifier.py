@@ -41,6 +41,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import finetuning_flags
+from official_bert import trainer_flags
 from official_bert.tasks import classification_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
@@ -113,14 +114,8 @@ def main(argv):
                          "is required.")
   finetuning_flags.check_flags(FLAGS, data_paths={flag_name: "dir"})
   task = classification_task.ClassificationTask(
-      classification_task.ClassificationConfig(
-          data_dir=data_dir, output_dir=FLAGS.output_dir,
-          task_name=FLAGS.task_name, xnli_language=FLAGS.xnli_language,
-          text_column=FLAGS.text_column, text_b_column=FLAGS.text_b_column,
-          label_column=FLAGS.label_column, task_type=FLAGS.task_type,
-          do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
-          do_predict=FLAGS.do_predict,
-          eval_every_steps=FLAGS.eval_every_steps))
+      trainer_flags.config_from_flags(
+          FLAGS, classification_task.ClassificationConfig, data_dir=data_dir))
   finetuning_flags.run(FLAGS, task, "run_classifier", _export(task))
 
 

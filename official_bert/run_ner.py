@@ -29,6 +29,7 @@ from absl import flags
 
 from official_bert import cli
 from official_bert import finetuning_flags
+from official_bert import trainer_flags
 from official_bert.tasks import ner_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
@@ -61,10 +62,8 @@ def main(argv):
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
   finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
-  task = ner_task.NerTask(ner_task.NerConfig(
-      data_dir=FLAGS.task_data_dir, output_dir=FLAGS.output_dir,
-      do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
-      do_predict=FLAGS.do_predict, eval_every_steps=FLAGS.eval_every_steps))
+  task = ner_task.NerTask(trainer_flags.config_from_flags(
+      FLAGS, ner_task.NerConfig, data_dir=FLAGS.task_data_dir))
   finetuning_flags.run(FLAGS, task, "run_ner", _export(task))
 
 

@@ -19,7 +19,6 @@ every epoch from the records' tokens (--masked_lm_prob, e.g. 0.3; needs
 --vocab_file), --next_sentence_prediction=false trains without the NSP head.
 """
 
-import dataclasses
 import os
 import sys
 
@@ -153,11 +152,8 @@ def main(argv):
       num_train_steps=FLAGS.num_train_steps,
       num_warmup_steps=FLAGS.num_warmup_steps,
       gradient_accumulation_steps=FLAGS.gradient_accumulation_steps)
-  # The task's config: its fields are the flags of the same names.
-  names = [f.name for f in dataclasses.fields(
-      pretraining_task.PretrainingConfig)]
-  pretraining_task.run(run_config, pretraining_task.PretrainingConfig(
-      **{name: FLAGS[name].value for name in names}))
+  pretraining_task.run(run_config, trainer_flags.config_from_flags(
+      FLAGS, pretraining_task.PretrainingConfig))
 
 
 if __name__ == "__main__":

@@ -25,13 +25,12 @@ dev-v2.0.json predictions.json --na-prob-file null_odds.json`). With
 text out (export/squad_serving.py).
 """
 
-import dataclasses
-
 from absl import app
 from absl import flags
 
 from official_bert import cli
 from official_bert import finetuning_flags
+from official_bert import trainer_flags
 from official_bert.tasks import question_answering_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
@@ -106,11 +105,8 @@ def main(argv):
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
   _check_flags()
-  # The task's config: its fields are the flags of the same names.
-  names = [f.name for f in dataclasses.fields(
-      question_answering_task.SquadConfig)]
-  task = question_answering_task.SquadTask(question_answering_task.SquadConfig(
-      **{name: FLAGS[name].value for name in names}))
+  task = question_answering_task.SquadTask(trainer_flags.config_from_flags(
+      FLAGS, question_answering_task.SquadConfig))
   finetuning_flags.run(FLAGS, task, "run_squad", _export())
 
 

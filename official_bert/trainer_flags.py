@@ -26,6 +26,7 @@ defaults where the programs differ on purpose:
 shared driver (training/driver.py), which reads no flags.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -130,6 +131,15 @@ def define_run(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                      flag_values=fv)
   flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint "
                        "every this many steps.", flag_values=fv)
+
+
+def config_from_flags(flag_values, config_class, **values):
+  """A task's config (a dataclass whose fields are named as the flags):
+  each field the flag of its name's value, but those given in `values`."""
+  names = [f.name for f in dataclasses.fields(config_class)
+           if f.name not in values]
+  return config_class(**{name: flag_values[name].value for name in names},
+                      **values)
 
 
 def shared_values(flag_values):

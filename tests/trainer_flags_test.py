@@ -80,3 +80,26 @@ def test_no_flag_is_defined_twice_by_the_training_programs(tmp_path):
   planted.write_text('flags.DEFINE_string("output_dir", None, "again")\n')
   assert defined_twice(TRAINING_FLAG_MODULES + (str(planted),)) == {
       "output_dir": ["official_bert/trainer_flags.py", str(planted)]}
+
+
+def test_config_from_flags_reads_each_field_from_its_flag():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official_bert import trainer_flags  # pylint: disable=g-import-not-at-top
+
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    data_dir: str
+    doc_stride: int = 128
+    do_train: bool = False
+
+  fv = flags.FlagValues()
+  flags.DEFINE_integer("doc_stride", 128, "", flag_values=fv)
+  flags.DEFINE_bool("do_train", False, "", flag_values=fv)
+  fv(["program", "--doc_stride=64", "--do_train"])
+  # Every field from its flag (a default left standing would hide a flag
+  # that never reaches the task), but those given.
+  assert trainer_flags.config_from_flags(fv, Config, data_dir="d") == Config(
+      "d", doc_stride=64, do_train=True)
+  with pytest.raises(KeyError):
+    trainer_flags.config_from_flags(fv, Config)  # no --data_dir flag
