@@ -92,11 +92,11 @@ def _data_dir():
   return name, FLAGS.data_dir or FLAGS.task_data_dir
 
 
-def _export(task):
-  """Model -> the TF Serving SavedModel's path: raw text in, probabilities
-  (or the value) out."""
+def _export(task, model):
+  """The TF Serving SavedModel's path: raw text in, probabilities (or the
+  value) out."""
   from export import serving  # pylint: disable=g-import-not-at-top
-  return lambda model: serving.export_saved_model(
+  return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
       outputs=(serving.regression_outputs if task.regression
@@ -116,7 +116,8 @@ def main(argv):
   task = classification_task.ClassificationTask(
       trainer_flags.config_from_flags(
           FLAGS, classification_task.ClassificationConfig, data_dir=data_dir))
-  finetuning_flags.run(FLAGS, task, "run_classifier", _export(task))
+  finetuning_flags.run(FLAGS, task, "run_classifier",
+                       lambda model: _export(task, model))
 
 
 if __name__ == "__main__":

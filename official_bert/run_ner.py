@@ -48,11 +48,11 @@ def define_flags():
       "train, dev (or valid) and test CoNLL files.")
 
 
-def _export(task):
-  """Model -> the TF Serving SavedModel's path: raw text in, words, tags and
-  offsets out."""
+def _export(task, model):
+  """The TF Serving SavedModel's path: raw text in, words, tags and offsets
+  out."""
   from export import ner_serving  # pylint: disable=g-import-not-at-top
-  return lambda model: ner_serving.export_ner_model(
+  return ner_serving.export_ner_model(
       FLAGS.export_dir, model, task.labels, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length)
 
@@ -64,7 +64,8 @@ def main(argv):
   finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
   task = ner_task.NerTask(trainer_flags.config_from_flags(
       FLAGS, ner_task.NerConfig, data_dir=FLAGS.task_data_dir))
-  finetuning_flags.run(FLAGS, task, "run_ner", _export(task))
+  finetuning_flags.run(FLAGS, task, "run_ner",
+                       lambda model: _export(task, model))
 
 
 if __name__ == "__main__":

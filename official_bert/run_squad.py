@@ -86,11 +86,11 @@ def _check_flags():
         "special tokens; raise --max_seq_length.")
 
 
-def _export():
-  """Model -> the TF Serving SavedModel's path: question and context text
-  in, answer text out (export/squad_serving.py)."""
+def _export(model):
+  """The TF Serving SavedModel's path: question and context text in, answer
+  text out (export/squad_serving.py)."""
   from export import squad_serving  # pylint: disable=g-import-not-at-top
-  return lambda model: squad_serving.export_squad_model(
+  return squad_serving.export_squad_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
       doc_stride=FLAGS.doc_stride, max_query_length=FLAGS.max_query_length,
@@ -107,7 +107,7 @@ def main(argv):
   _check_flags()
   task = question_answering_task.SquadTask(trainer_flags.config_from_flags(
       FLAGS, question_answering_task.SquadConfig))
-  finetuning_flags.run(FLAGS, task, "run_squad", _export())
+  finetuning_flags.run(FLAGS, task, "run_squad", _export)
 
 
 if __name__ == "__main__":
