@@ -113,6 +113,15 @@ def run(main):
   app.run(guarded, flags_parser=_parse_flags)
 
 
+def check_positive(flag_values, names):
+  """Each flag of `names` (skipping those set to None) is above 0, else one
+  sentence naming the first that is not."""
+  for name in names:
+    value = getattr(flag_values, name)
+    if value is not None and value <= 0:
+      raise Error(f"--{name} must be positive, got {value}.")
+
+
 # atomic_open, atomic_write: official_bert/atomic_io.py (no absl there, so
 # the model's config can write files the same way).
 atomic_open = atomic_io.atomic_open

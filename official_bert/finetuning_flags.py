@@ -9,13 +9,11 @@ define their own data flags and then:
       preemption.install()
       cpu_allocator.use_bfc()
       finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
-      ... read and check the task's files (no TensorFlow yet) ...
-      config, tokenizer = finetuning_flags.load_config_and_vocab(FLAGS)
-      run = finetuner.Finetuner(
-          finetuning_flags.driver_config(FLAGS, num_train_examples),
-          lambda kernels: Model.from_bert_config(config, n, kernels=kernels),
-          loss_fn, metric_fn, num_train_examples)
-      ... then as training/finetuner.py shows.
+      task = ner_task.NerTask(ner_task.NerConfig(...))   # from the flags
+      finetuning_flags.run(FLAGS, task, "run_ner", export)
+
+`run` has the task read its files (no TensorFlow yet), loads the config and
+vocab, has the task encode them and hands it to `finetuner.run_task`.
 
 The flags are google-research/bert's (same names and defaults: the
 program passes its own defaults, as run_squad's max_seq_length=384), plus the
@@ -35,40 +33,28 @@ from absl import flags
 from official_bert import cli
 from official_bert import tpu_flags
 from official_bert import trainer_flags
+from official_bert.training import finetuner
 
 
 def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
-                 predict_batch_size=8, do_eval=True, export_help=None):
+                 predict_batch_size=8, do_eval=True, export_help=None,
+                 task_data_dir_help=None):
   """The original's fine-tuning flags and the trainer's, with per-program
-  defaults (defined only when a program runs)."""
-  flags.DEFINE_string("bert_config_file", None, "The bert_config.json of the "
-                      "pretrained model.")
-  flags.DEFINE_string("vocab_file", None, "The vocab.txt of the pretrained "
-                      "model.")
-  flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
-  flags.DEFINE_string("init_checkpoint", None, "Pretrained (or converted) "
-                      "checkpoint, a prefix or a directory; its encoder is "
-                      "loaded, the task head starts fresh.")
+  defaults (defined only when a program runs); --task_data_dir with
+  `task_data_dir_help`, what the program reads there."""
+  trainer_flags.define_run(max_seq_length, learning_rate, train_batch_size,
+                           do_eval)
   flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased "
                     "models).")
-  flags.DEFINE_integer("max_seq_length", max_seq_length, "Tokens per packed "
-                       "example; longer ones are truncated or windowed.")
-  flags.DEFINE_bool("do_train", False, "Whether to fine-tune on train.")
-  if do_eval:
-    flags.DEFINE_bool("do_eval", False, "Whether to evaluate on dev.")
   flags.DEFINE_bool("do_predict", False, "Whether to predict on test.")
-  flags.DEFINE_integer("train_batch_size", train_batch_size, "Global "
-                       "training batch size.")
-  if do_eval:
-    flags.DEFINE_integer("eval_batch_size", 8, "Batch size for eval.")
   flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size "
                        "for predict.")
-  flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.")
+  if task_data_dir_help:
+    flags.DEFINE_string("task_data_dir", None, task_data_dir_help)
   flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training "
                      "file.")
   flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
                      "linear learning-rate warmup.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval.")
   # ---- shared with run_pretraining.py: distribution, precision, loop
   trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
@@ -134,10 +120,6 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   if fv.export_dir and os.path.isfile(fv.export_dir):
     raise app.UsageError(f"--export_dir {fv.export_dir} is a file; pass "
                          "a directory (the model's base path).")
-  sizes = ["train_batch_size", "predict_batch_size", "save_checkpoints_steps",
-           "steps_per_loop", "max_seq_length", "num_cpu_devices"]
-  if fv.pad_to_multiple_of is not None:
-    sizes.append("pad_to_multiple_of")
   for name in ("eval_every_steps", "early_stopping_patience"):
     if getattr(fv, name) < 0:
       raise app.UsageError(f"--{name} must be 0 or more, got "
@@ -145,11 +127,12 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   if fv.early_stopping_patience and not fv.eval_every_steps:
     raise app.UsageError("--early_stopping_patience needs --eval_every_steps "
                          "(the evaluations it counts).")
-  for name in sizes + (["eval_batch_size"] if "eval_batch_size" in fv
-                       else []):
-    if getattr(fv, name) <= 0:
-      raise app.UsageError(f"--{name} must be positive, got "
-                           f"{getattr(fv, name)}.")
+  cli.check_positive(fv, ["train_batch_size", "predict_batch_size",
+                          "save_checkpoints_steps", "steps_per_loop",
+                          "max_seq_length", "num_cpu_devices",
+                          "pad_to_multiple_of"]
+                     + (["eval_batch_size"] if "eval_batch_size" in fv
+                        else []))
   if fv.num_train_epochs <= 0:
     raise app.UsageError("--num_train_epochs must be positive, got "
                          f"{fv.num_train_epochs}.")
@@ -240,6 +223,34 @@ def driver_config(fv, num_train_examples):
       group_by_length=fv.group_by_length,
       eval_every_steps=fv.eval_every_steps, best_metric=fv.best_metric,
       early_stopping_patience=fv.early_stopping_patience)
+
+
+def run(fv, task, program, export=None):
+  """A fine-tuning program's run once its flags are checked and its task
+  built: the task reads every split it needs (before TensorFlow starts: a
+  bad file fails at once, not after training), the model's config and
+  vocabulary are loaded, the task encodes its splits, and
+  `finetuner.run_task` trains, evaluates, predicts and exports (`export`,
+  model -> path, when --export_dir is set). Returns run_task's answer."""
+  try:
+    task.read()
+  except (ValueError, UnicodeDecodeError, OSError) as e:
+    raise app.UsageError(data_error(e))
+  bert_config, tokenizer = load_config_and_vocab(fv)
+  try:
+    task.encode(tokenizer, fv.max_seq_length)
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  # run_squad evaluates on its --predict_file, with its batch size.
+  evaluating = "do_eval" in fv
+  return finetuner.run_task(
+      task, driver_config(fv, task.num_train_examples), bert_config,
+      program=program, do_eval=evaluating and fv.do_eval,
+      do_predict=fv.do_predict,
+      eval_batch_size=(fv.eval_batch_size if evaluating
+                       else fv.predict_batch_size),
+      predict_batch_size=fv.predict_batch_size,
+      export=export if fv.export_dir else None)
 
 
 def data_error(error):

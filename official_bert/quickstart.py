@@ -284,14 +284,9 @@ def _model_config(vocab_size):
 def _check_flags(work):
   """Every path and number a user can get wrong, before any work."""
   _model_shape()
-  for name in ("vocab_size", "max_seq_length", "max_predictions_per_seq",
-               "dupe_factor", "num_train_steps", "train_batch_size"):
-    if getattr(FLAGS, name) <= 0:
-      raise app.UsageError(f"--{name} must be positive, got "
-                           f"{getattr(FLAGS, name)}.")
-  if FLAGS.max_documents is not None and FLAGS.max_documents <= 0:
-    raise app.UsageError(f"--max_documents must be positive, got "
-                         f"{FLAGS.max_documents}.")
+  cli.check_positive(FLAGS, (
+      "vocab_size", "max_seq_length", "max_predictions_per_seq",
+      "dupe_factor", "num_train_steps", "train_batch_size", "max_documents"))
   try:
     _model_config(FLAGS.vocab_size)
   except ValueError as e:

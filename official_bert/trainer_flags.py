@@ -1,8 +1,12 @@
 """The trainer's flags, defined once for every training program.
 
 `run_pretraining` and the fine-tuning programs (through
-`finetuning_flags.define_flags`) define the flags of the loop they share here,
-each with its own defaults where the programs differ on purpose:
+`finetuning_flags.define_flags`) define the flags they share here: the
+original's (`define_run`: --bert_config_file, --vocab_file, --output_dir,
+--init_checkpoint, --max_seq_length, --do_train, --do_eval,
+--train_batch_size, --eval_batch_size, --learning_rate,
+--save_checkpoints_steps) and the loop's (`define`), each with its own
+defaults where the programs differ on purpose:
 
   --distribution_strategy, --num_gpus, --num_cpu_devices, --tpu
   --mixed_precision, --optimizer, --jit_compile, --kernels
@@ -22,6 +26,7 @@ each with its own defaults where the programs differ on purpose:
 shared driver (training/driver.py), which reads no flags.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -83,6 +88,58 @@ def define(steps_per_loop, keep_checkpoint_max, flag_values=flags.FLAGS):
                        "run_pretraining's dynamic masks).",
                        flag_values=fv)
   tpu_flags.define(flag_values=fv)
+
+
+def define_run(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
+               do_eval=True, flag_values=flags.FLAGS):
+  """Defines google-research/bert's flags that run_pretraining and the
+  fine-tuning programs share (the same names and defaults; run_squad passes
+  max_seq_length=384 and has no --do_eval nor --eval_batch_size)."""
+  fv = flag_values
+  flags.DEFINE_string("bert_config_file", None, "The bert_config.json of the "
+                      "model (to pretrain, or pretrained).", flag_values=fv)
+  flags.DEFINE_string("vocab_file", None, "The model's vocab.txt (for "
+                      "run_pretraining only with --masking=dynamic: the ids of "
+                      "[MASK], [CLS] and [SEP], the random replacements and "
+                      "the ## pieces of the TFRecords' vocabulary).",
+                      flag_values=fv)
+  flags.DEFINE_string("output_dir", None, "Where checkpoints, summaries and "
+                      "results are written; rerunning with the same "
+                      "directory resumes.", flag_values=fv)
+  flags.DEFINE_string("init_checkpoint", None, "Pretrained (or converted) "
+                      "checkpoint, a prefix or a directory: run_pretraining "
+                      "warm-starts every weight (not the optimizer or step) "
+                      "from it, e.g. phase 1 for phase 2; fine-tuning loads "
+                      "its encoder and the task head starts fresh. Ignored "
+                      "when --output_dir holds a checkpoint.", flag_values=fv)
+  flags.DEFINE_integer("max_seq_length", max_seq_length, "Tokens per "
+                       "sequence: the TFRecords' (must match the data), or "
+                       "per packed example (longer ones are truncated or "
+                       "windowed).", flag_values=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to train.", flag_values=fv)
+  if do_eval:
+    flags.DEFINE_bool("do_eval", False, "Whether to evaluate (fine-tuning: "
+                      "on dev; run_pretraining: on --input_file).",
+                      flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", train_batch_size, "Global "
+                       "training batch size (all replicas and accumulation "
+                       "steps together).", flag_values=fv)
+  if do_eval:
+    flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch "
+                         "size.", flag_values=fv)
+  flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.",
+                     flag_values=fv)
+  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint "
+                       "every this many steps.", flag_values=fv)
+
+
+def config_from_flags(flag_values, config_class, **values):
+  """A task's config (a dataclass whose fields are named as the flags):
+  each field the flag of its name's value, but those given in `values`."""
+  names = [f.name for f in dataclasses.fields(config_class)
+           if f.name not in values]
+  return config_class(**{name: flag_values[name].value for name in names},
+                      **values)
 
 
 def shared_values(flag_values):

@@ -53,3 +53,53 @@ def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
   assert defaults["steps_per_loop"] == steps_per_loop
   assert defaults["keep_checkpoint_max"] == kept
   assert defaults["optimizer"] == "adamw"
+
+
+# The training programs and the modules that define flags for them.
+TRAINING_FLAG_MODULES = (
+    "official_bert/run_pretraining.py", "official_bert/run_classifier.py",
+    "official_bert/run_squad.py", "official_bert/run_ner.py",
+    "official_bert/finetuning_flags.py", "official_bert/trainer_flags.py",
+    "official_bert/tpu_flags.py")
+
+
+def defined_twice(paths):
+  """{flag: [files]} of the flags more than one of `paths` defines."""
+  where = {}
+  for path in paths:
+    for flag in _defines(os.path.join(testing.ROOT, path)):
+      where.setdefault(flag, []).append(path)
+  return {flag: files for flag, files in where.items() if len(files) > 1}
+
+
+def test_no_flag_is_defined_twice_by_the_training_programs(tmp_path):
+  # --output_dir, --learning_rate... are defined once (trainer_flags.py);
+  # a program defining one again would let the two drift apart.
+  assert defined_twice(TRAINING_FLAG_MODULES) == {}
+  planted = tmp_path / "planted.py"
+  planted.write_text('flags.DEFINE_string("output_dir", None, "again")\n')
+  assert defined_twice(TRAINING_FLAG_MODULES + (str(planted),)) == {
+      "output_dir": ["official_bert/trainer_flags.py", str(planted)]}
+
+
+def test_config_from_flags_reads_each_field_from_its_flag():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official_bert import trainer_flags  # pylint: disable=g-import-not-at-top
+
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    data_dir: str
+    doc_stride: int = 128
+    do_train: bool = False
+
+  fv = flags.FlagValues()
+  flags.DEFINE_integer("doc_stride", 128, "", flag_values=fv)
+  flags.DEFINE_bool("do_train", False, "", flag_values=fv)
+  fv(["program", "--doc_stride=64", "--do_train"])
+  # Every field from its flag (a default left standing would hide a flag
+  # that never reaches the task), but those given.
+  assert trainer_flags.config_from_flags(fv, Config, data_dir="d") == Config(
+      "d", doc_stride=64, do_train=True)
+  with pytest.raises(KeyError):
+    trainer_flags.config_from_flags(fv, Config)  # no --data_dir flag

@@ -30,6 +30,16 @@ def classification_metrics(labels, predictions, num_classes=None):
           "num_examples": int(len(labels))}
 
 
+def mean_cross_entropy(logits, labels):
+  """The mean cross-entropy of `logits` [N, C] at int `labels` [N] (0.0 for
+  no examples): the eval_loss of classification and NER."""
+  if not len(labels):
+    return 0.0
+  shifted = logits - logits.max(-1, keepdims=True)
+  log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+  return float(-np.mean(log_probs[np.arange(len(labels)), labels]))
+
+
 def regression_metrics(labels, predictions):
   labels = np.asarray(labels, np.float64)
   predictions = np.asarray(predictions, np.float64)

@@ -1,11 +1,12 @@
 """The driver's fine-tuning layer: padding, evaluation while training, predict.
 
 `run_classifier`, `run_ner` and `run_squad` build a `DriverConfig` from
-their flags (`finetuning_flags.driver_config`) and then:
+their flags (`finetuning_flags.driver_config`) and a task (tasks/*_task.py)
+and call `run_task`, which does:
 
-    run = Finetuner(config, lambda kernels: Model.from_bert_config(
-                        bert_config, n, kernels=kernels),
-                    loss_fn, metric_fn, num_train_examples)
+    run = Finetuner(config, lambda kernels: task.build_model(
+                        bert_config, kernels),
+                    task.losses, task.metric_counts, num_train_examples)
     run.write_run_files(bert_config, files={"label_list.json": "..."})
     run.restore_or_warm_start()         # resume, or --init_checkpoint
     if config.do_train and not run.train(inputs, labels,
@@ -266,3 +267,59 @@ def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None):
   return tf.nest.map_structure(
       lambda t: np.zeros((0,) + tuple(t.shape[1:]), np.float32),
       model(probe, training=False))
+
+
+def run_task(task, config, bert_config, *, program, do_eval, do_predict,
+             eval_batch_size, predict_batch_size, export=None):
+  """A fine-tuning program's flow once its task is read and encoded: train
+  (evaluating every eval_every_steps), evaluate, predict, export.
+
+  `task` is one of tasks/*_task.py's (duck-typed: `build_model(bert_config,
+  kernels)`, `losses`, `metric_counts`, `num_train_examples`,
+  `example_name`, `best_metric`, `run_files()`, `log_start(description)`,
+  `train_data()`, `evaluate(predict, step)`, `eval_summary(result)`,
+  `predict(predict, step)` -> ({file: text}, summary, eval result or None),
+  `example_inputs()`); `predict(inputs, fill=0.0)` runs the model with the
+  run's padding. `export(model)` -> the exported path (the program's: the
+  exporters sit above the library). Returns False when SIGTERM stopped
+  training (the checkpoint is saved; a rerun resumes), True when done.
+  """
+  run = Finetuner(
+      config, lambda kernels: task.build_model(bert_config, kernels),
+      task.losses, task.metric_counts,
+      num_train_examples=task.num_train_examples,
+      example_name=task.example_name, best_metric=task.best_metric)
+  run.write_run_files(bert_config, files=task.run_files())
+  task.log_start(run.describe())
+
+  def predictor(batch_size):
+    return lambda inputs, fill=0.0: run.predict(inputs, batch_size, fill)
+
+  def evaluate(step):
+    return task.evaluate(predictor(eval_batch_size), step)
+
+  run.restore_or_warm_start()
+  if config.do_train:
+    if not run.train(*task.train_data(), evaluate):
+      return False
+  summary = []
+  if do_eval:
+    result = evaluate(run.step)
+    run.write_eval_results(result)
+    summary.append(task.eval_summary(result))
+  if do_predict:
+    files, said, result = task.predict(predictor(predict_batch_size),
+                                       run.step)
+    if run.is_chief:
+      for name, text in files.items():
+        run.write(name, text)
+    summary.append(said)
+    if result is not None:  # a prediction file with answers: evaluated too
+      run.write_eval_results(result)
+      summary.append(task.eval_summary(result))
+  if export is not None and run.is_chief:
+    path = export(run.export_model(task.example_inputs()))
+    summary.append(f"exported {path}")
+  print(f"{program} done at step {run.step}: " + "; ".join(summary)
+        + f"; output in {config.output_dir}", flush=True)
+  return True

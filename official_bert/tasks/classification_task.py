@@ -1,0 +1,246 @@
+"""Sentence (pair) classification and regression: run_classifier's task.
+
+Everything about the task in one place: reading the splits (a GLUE task by
+name, tasks/glue.py, or files named by their columns, tasks/classifier_data.py),
+encoding them, the model (`BertClassifier`), its loss and training metric,
+eval_results.txt's values, test_results.tsv and the best metric. The program
+builds a `ClassificationConfig` from its flags; training/finetuner.py's
+`run_task` runs it:
+
+    task = ClassificationTask(ClassificationConfig(
+        data_dir="glue_data/MRPC", output_dir="/tmp/mrpc", task_name="MRPC",
+        do_train=True, do_eval=True))
+    task.read()                  # every split checked, no TensorFlow yet
+    task.encode(tokenizer, max_seq_length=128)
+    finetuner.run_task(task, driver_config, bert_config, tokenizer, ...)
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Optional
+
+import numpy as np
+
+from official_bert.tasks import classifier_data
+from official_bert.tasks import classifier_metrics
+from official_bert.tasks import glue
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationConfig:
+  """A classification run's data and modes, with the flags' names.
+
+  data_dir: the task's directory.
+  task_name, xnli_language: a GLUE task read in its download's layout;
+    else text_column, text_b_column, label_column, task_type name the
+    fields of `train`, `dev` and `test` files.
+  output_dir: where a previous run's label_list.json is read from when
+    this run does not train.
+  """
+  data_dir: str
+  output_dir: str
+  task_name: Optional[str] = None
+  xnli_language: str = "zh"
+  text_column: str = "sentence"
+  text_b_column: Optional[str] = None
+  label_column: str = "label"
+  task_type: str = "classification"
+  do_train: bool = False
+  do_eval: bool = False
+  do_predict: bool = False
+  eval_every_steps: int = 0
+
+
+def classifier_losses(labels, logits, regression=False):
+  """{"loss": mean cross-entropy (or squared error for regression)}."""
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  if regression:
+    loss = ops.mean(ops.square(logits[:, 0] - ops.cast(labels, "float32")))
+  else:
+    loss = ops.mean(keras.losses.sparse_categorical_crossentropy(
+        labels, logits, from_logits=True))
+  return {"loss": loss}
+
+
+def classifier_metric_counts(labels, logits):
+  """Correct/total sums (the trainer logs them as label_accuracy)."""
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  predicted = ops.cast(ops.argmax(logits, -1), "int32")
+  correct = ops.cast(ops.equal(predicted, ops.cast(labels, "int32")), "float32")
+  return {"label_correct": ops.sum(correct),
+          "label_total": ops.cast(ops.shape(correct)[0], "float32")}
+
+
+def eval_results(logits, labels, regression, step):
+  """The eval_results.txt values (all prefixed eval_, as the original)."""
+  if regression:
+    predictions = logits[:, 0]
+    metrics = classifier_metrics.regression_metrics(labels, predictions)
+    metrics["loss"] = metrics["mse"]
+  else:
+    metrics = classifier_metrics.classification_metrics(
+        labels, np.argmax(logits, -1), num_classes=logits.shape[-1])
+    metrics["loss"] = classifier_metrics.mean_cross_entropy(logits, labels)
+  result = {f"eval_{k}": v for k, v in metrics.items()}
+  # The original's Estimator also reports the mean loss as plain "loss".
+  result["loss"] = result["eval_loss"]
+  result["global_step"] = step
+  return result
+
+
+def test_results_rows(logits, regression):
+  """test_results.tsv's lines: str() of each float32, as the original writes
+  its probabilities (the shortest text that reads back to the same float32):
+  the class probabilities tab-separated, or the predicted value."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if regression:
+    return [str(value) for value in logits[:, 0]]
+  probabilities = tf.nn.softmax(logits, axis=-1).numpy()
+  return ["\t".join(str(p) for p in row) for row in probabilities]
+
+
+class ClassificationTask:
+  """run_classifier's task: `read`, `encode`, then what `run_task` calls."""
+
+  example_name = "examples"
+
+  def __init__(self, config):
+    self.config = config
+    self.glue = self.labels = self.read_split = self.tokenizer = None
+    self.regression = config.task_type == "regression"
+    self.text_pair = config.text_b_column is not None
+    self.splits = {}  # split -> (examples, inputs or None, label ids)
+
+  @property
+  def best_metric(self):
+    return "eval_pearson" if self.regression else "eval_accuracy"
+
+  # ---------------------------------------------------- preprocessing ----
+  def read(self):
+    """Reads and checks every split the run needs (ValueError, OSError or
+    UnicodeDecodeError: one sentence naming the file)."""
+    config = self.config
+    if config.task_name:
+      self.glue = glue.get_task(config.task_name)
+      self.regression = self.glue.regression
+      self.text_pair = self.glue.text_pair
+      self.labels = None if self.regression else list(self.glue.labels)
+      self.read_split = lambda split: glue.read_split(
+          self.glue, config.data_dir, split, config.xnli_language)
+    else:
+      self.read_split = self._read_file
+      self.labels = None if self.regression else self._file_labels()
+    if not self.regression and len(self.labels) < 2:
+      raise ValueError(f"the train file has only the label {self.labels}; "
+                       "classification needs at least two")
+    evaluating = config.do_eval or (config.do_train and config.eval_every_steps)
+    for split, wanted in (("train", config.do_train), ("dev", evaluating),
+                          ("test", config.do_predict)):
+      if wanted:
+        examples = self.read_split(split)
+        ids = (None if split == "test" else classifier_data.label_ids(
+            examples, self.labels, self.regression))
+        self.splits[split] = (examples, None, ids)
+
+  def _read_file(self, split):
+    config = self.config
+    columns = classifier_data.Columns(config.text_column, config.text_b_column,
+                                      config.label_column)
+    path = classifier_data.find_split_file(config.data_dir, split)
+    return classifier_data.read_examples(path, columns,
+                                         require_label=split != "test")
+
+  def _file_labels(self):
+    """The training file's labels, or a fine-tuned model's own (in its
+    order) when this run evaluates or predicts without training."""
+    saved = os.path.join(self.config.output_dir, "label_list.json")
+    data_dir = self.config.data_dir
+    if os.path.exists(saved) and not self.config.do_train:
+      with open(saved, encoding="utf-8") as f:
+        return json.load(f)
+    if any(os.path.exists(os.path.join(data_dir, "train" + e))
+           for e in classifier_data.EXTENSIONS):
+      return classifier_data.label_list(self.read_split("train"))
+    raise ValueError(f"--task_data_dir {data_dir} has no train file and "
+                     f"{saved} does not exist: the labels are unknown; run "
+                     "--do_train first or add the train file.")
+
+  def encode(self, tokenizer, max_seq_length):
+    """Packs each split's texts (classifier_data.encode)."""
+    self.tokenizer = tokenizer
+    self.splits = {split: (examples, classifier_data.encode(
+        examples, tokenizer, max_seq_length), ids)
+                   for split, (examples, _, ids) in self.splits.items()}
+
+  @property
+  def num_train_examples(self):
+    return len(self.splits["train"][0]) if "train" in self.splits else 0
+
+  def run_files(self):
+    """Files written beside flags.json: the labels, in their order."""
+    return {} if self.labels is None else {
+        "label_list.json": json.dumps(self.labels) + "\n"}
+
+  def log_start(self, run_description):
+    """The task, its splits and a few decoded examples, for the log."""
+    if self.glue:
+      kind = "regression" if self.regression else "classification"
+      what = f"{self.glue.name} ({kind}, metric {self.glue.metric})"
+    else:
+      what = self.config.task_type
+    print(f"{what}: labels {self.labels}, "
+          + ", ".join(f"{split} {len(s[0])} examples"
+                      for split, s in self.splits.items())
+          + f"; {run_description}", flush=True)
+    for split, (examples, inputs, _) in list(self.splits.items())[:1]:
+      for i in range(min(2, len(examples))):
+        n = int(inputs["input_mask"][i].sum())
+        print(f"{split} example {examples[i].where}: label "
+              f"{examples[i].label!r} tokens "
+              + " ".join(self.tokenizer.convert_ids_to_tokens(
+                  inputs["input_word_ids"][i][:n])), flush=True)
+
+  # ------------------------------------------------- model and losses ----
+  def build_model(self, bert_config, kernels):
+    from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+    num_classes = 1 if self.regression else len(self.labels)
+    return finetuning_models.BertClassifier.from_bert_config(
+        bert_config, num_classes, kernels=kernels)
+
+  def losses(self, labels, logits):
+    return classifier_losses(labels, logits, self.regression)
+
+  @property
+  def metric_counts(self):
+    return None if self.regression else classifier_metric_counts
+
+  def train_data(self):
+    _, inputs, labels = self.splits["train"]
+    return inputs, labels
+
+  def example_inputs(self):
+    """One encoded example (builds the model for export)."""
+    return {k: v[:1] for k, v in next(iter(self.splits.values()))[1].items()}
+
+  # ------------------------------------------ evaluation and prediction ----
+  def evaluate(self, predict, step):
+    """eval_results on dev; `predict(inputs)` -> the model's logits."""
+    _, inputs, ids = self.splits["dev"]
+    return eval_results(predict(inputs), ids, self.regression, step)
+
+  def eval_summary(self, result):
+    return f"{self.best_metric} {result[self.best_metric]:.4f}"
+
+  def predict(self, predict, step):
+    """({"test_results.tsv": text}, the summary's words, no eval result)."""
+    del step
+    _, inputs, _ = self.splits["test"]
+    t0 = time.time()
+    logits = predict(inputs)
+    seconds = time.time() - t0
+    rows = test_results_rows(logits, self.regression)
+    return ({"test_results.tsv": "".join(row + "\n" for row in rows)},
+            f"{len(rows)} test predictions in {seconds:.1f} s", None)
