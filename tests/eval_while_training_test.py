@@ -11,9 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -105,20 +102,9 @@ def test_best_checkpoint_is_the_peak_exported_and_resumed(tmp_path):
   # Killed (SIGKILL) after the evaluation of step 16, then resumed: the same
   # best step and value, the same early stop, the same results.
   killed_out = tmp_path / "killed"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=testing.ROOT + os.pathsep + os.environ.get(
-                 "PYTHONPATH", ""))
-  killed = subprocess.Popen([sys.executable] + _flags(task, killed_out, config),
-                            cwd=testing.ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  deadline = time.time() + 600
-  index = killed_out / "checkpoint"
-  while killed.poll() is None and not (
-      index.exists() and "ckpt-16" in index.read_text()):
-    assert time.time() < deadline
-    time.sleep(0.05)
-  killed.send_signal(signal.SIGKILL)
-  killed.wait()
+  killed = testing.start_cli(_flags(task, killed_out, config))
+  testing.sigkill_after_first_checkpoint(killed, killed_out, timeout=600,
+                                         name="ckpt-16")
   assert killed.returncode == -signal.SIGKILL, killed.stderr.read()[-3000:]
   assert (killed_out / "best" / "best.json").exists()
   resumed = testing.run_cli(_flags(task, killed_out, config), timeout=600)

@@ -9,11 +9,7 @@ padded to --max_seq_length, and a --group_by_length run killed (SIGKILL)
 after a checkpoint and rerun ends exactly where an uninterrupted one does.
 """
 
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -75,20 +71,9 @@ def test_padding_to_the_batch_equals_fixed_length_and_resumes(tmp_path):
   assert np.ptp(probabilities[:, 0]) > 0.02, probabilities
 
   killed_out = tmp_path / "killed"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=testing.ROOT + os.pathsep + os.environ.get(
-                 "PYTHONPATH", ""))
-  killed = subprocess.Popen(
-      [sys.executable] + _flags(task, killed_out, config), cwd=testing.ROOT,
-      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  deadline = time.time() + 600
-  index = killed_out / "checkpoint"
-  while killed.poll() is None and not (
-      index.exists() and "ckpt-10" in index.read_text()):
-    assert time.time() < deadline
-    time.sleep(0.05)
-  killed.send_signal(signal.SIGKILL)
-  killed.wait()
+  killed = testing.start_cli(_flags(task, killed_out, config))
+  testing.sigkill_after_first_checkpoint(killed, killed_out, timeout=600,
+                                         name="ckpt-10")
   assert killed.returncode == -signal.SIGKILL, killed.stderr.read()[-3000:]
   resumed = testing.run_cli(_flags(task, killed_out, config), timeout=600)
   assert "Resumed from" in resumed.stdout and "ckpt-10" in resumed.stdout

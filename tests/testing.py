@@ -168,13 +168,32 @@ def flag_defaults(module):
           for flag in root.iter("flag")}
 
 
-def sigkill_after_first_checkpoint(proc, directory, timeout=300):
-  """Waits until `directory` holds a `checkpoint` index (failing if `proc`
-  exits first or `timeout` seconds pass), then SIGKILLs `proc`."""
+def start_cli(args, stdout=subprocess.DEVNULL):
+  """`python <args>` from the repo root as run_cli's, started (a Popen whose
+  stderr is piped) for a test to kill."""
+  env = dict(os.environ)
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  return subprocess.Popen([sys.executable] + list(args), cwd=ROOT, env=env,
+                          stdout=stdout, stderr=subprocess.PIPE)
+
+
+def sigkill_after_first_checkpoint(proc, directory, timeout=300, name=None):
+  """Waits until `directory` holds a `checkpoint` index (naming `name`, e.g.
+  "ckpt-16", when given), failing if `proc` exits first or `timeout`
+  seconds pass, then SIGKILLs `proc`."""
   import signal  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
   deadline = time.time() + timeout
-  while not os.path.exists(os.path.join(directory, "checkpoint")):
+  index = os.path.join(directory, "checkpoint")
+
+  def reached():
+    if not os.path.exists(index):
+      return False
+    with open(index) as f:
+      return name is None or name in f.read()
+
+  while not reached():
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     assert time.time() < deadline
     time.sleep(0.01)
