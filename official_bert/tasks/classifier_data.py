@@ -44,17 +44,19 @@ class Example:
   where: str  # "file:line", for error messages.
 
 
-def find_split_file(data_dir, split):
-  """The one `<split>.{tsv,csv,jsonl}` in `data_dir`."""
-  found = [os.path.join(data_dir, split + ext) for ext in EXTENSIONS
-           if os.path.exists(os.path.join(data_dir, split + ext))]
+def find_split_file(data_dir, split, names=None, extensions=EXTENSIONS):
+  """The one `<name><extension>` of `split` in `data_dir` (names default to
+  the split's own: `<split>.{tsv,csv,jsonl}`)."""
+  candidates = [name + ext for name in (names or [split])
+                for ext in extensions]
+  found = [c for c in candidates if os.path.isfile(os.path.join(data_dir, c))]
   if not found:
     raise ValueError(f"--task_data_dir {data_dir} has no {split} file; "
-                     f"expected one of {[split + e for e in EXTENSIONS]}")
+                     f"expected one of {candidates}")
   if len(found) > 1:
     raise ValueError(f"--task_data_dir {data_dir} has several {split} files "
-                     f"{[os.path.basename(f) for f in found]}; keep one")
-  return found[0]
+                     f"{found}; keep one")
+  return os.path.join(data_dir, found[0])
 
 
 def read_examples(path, columns, require_label=True):

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from official_bert.tasks import classifier_data
 from official_bert.tasks import classifier_metrics
 from official_bert.tasks import ner
 
@@ -40,15 +41,8 @@ class NerConfig:
 
 def split_file(data_dir, split):
   """The one CoNLL file of `split` in `data_dir`."""
-  candidates = [name + ext for name in SPLIT_NAMES[split] for ext in EXTENSIONS]
-  found = [c for c in candidates if os.path.isfile(os.path.join(data_dir, c))]
-  if not found:
-    raise ValueError(f"--task_data_dir {data_dir} has no {split} file; "
-                     f"expected one of {candidates}")
-  if len(found) > 1:
-    raise ValueError(f"--task_data_dir {data_dir} has several {split} files "
-                     f"{found}; keep one")
-  return os.path.join(data_dir, found[0])
+  return classifier_data.find_split_file(data_dir, split, SPLIT_NAMES[split],
+                                         EXTENSIONS)
 
 
 def token_losses(labels, logits):
