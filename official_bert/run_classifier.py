@@ -93,14 +93,14 @@ def _data_dir():
 
 
 def _export(task, model):
-  """The TF Serving SavedModel's path: raw text in, probabilities (or the
-  value) out."""
+  """The TF Serving SavedModel's path: raw text in, probabilities and the
+  label names (or the value) out."""
   from export import serving  # pylint: disable=g-import-not-at-top
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
       outputs=(serving.regression_outputs if task.regression
-               else serving.classifier_outputs),
+               else serving.classifier_outputs_with_labels(task.labels)),
       text_pair=task.text_pair)
 
 

@@ -109,9 +109,15 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
   served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
-  out_probs = served.signatures["serving_default"](
-      text=tf.constant([s for s, _ in rows["test"]]))["probabilities"]
+  served_test = served.signatures["serving_default"](
+      text=tf.constant([s for s, _ in rows["test"]]))
+  out_probs = served_test["probabilities"]
   np.testing.assert_allclose(out_probs.numpy(), probabilities, atol=1e-5)
+  # With the label names, in label_list.json's order, and the predicted one.
+  assert served_test["label_names"].numpy().astype(str).tolist() == (
+      [["c_api", "whatsnew"]] * len(rows["test"]))
+  assert served_test["label"].numpy().astype(str).tolist() == (
+      predicted.tolist())
   # eval_results.txt against the dev metrics computed here from the served
   # model's probabilities with the textbook formulas (not the program's
   # classifier_metrics): accuracy, F1 of the second label, Matthews.
