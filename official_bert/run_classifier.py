@@ -48,11 +48,6 @@ from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
 
-# The task's functions, also under the names this program had for them.
-classifier_losses = classification_task.classifier_losses
-classifier_metric_counts = classification_task.classifier_metric_counts
-eval_results = classification_task.eval_results
-
 
 def define_flags():
   """The program's absl flags (defined only when it runs as a program)."""

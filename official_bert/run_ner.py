@@ -36,9 +36,6 @@ from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
 
-# The task's loss, also under the name this program had for it.
-token_losses = ner_task.token_losses
-
 
 def define_flags():
   finetuning_flags.define_flags(

@@ -37,9 +37,6 @@ from official_bert.training import preemption
 
 FLAGS = flags.FLAGS
 
-# The task's loss, also under the name this program had for it.
-squad_losses = question_answering_task.squad_losses
-
 
 def define_flags():
   """The program's absl flags (defined only when it runs as a program): the

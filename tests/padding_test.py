@@ -88,12 +88,12 @@ def test_predictions_equal_fixed_length_padding(kind, kernels):
 
 
 def _losses(kind):
-  from official_bert import run_classifier  # pylint: disable=g-import-not-at-top
-  from official_bert import run_ner  # pylint: disable=g-import-not-at-top
-  from official_bert import run_squad  # pylint: disable=g-import-not-at-top
-  return {"classifier": run_classifier.classifier_losses,
-          "span": run_squad.squad_losses,
-          "token": run_ner.token_losses}[kind]
+  from official_bert.tasks import classification_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import ner_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import question_answering_task  # pylint: disable=g-import-not-at-top
+  return {"classifier": classification_task.classifier_losses,
+          "span": question_answering_task.squad_losses,
+          "token": ner_task.token_losses}[kind]
 
 
 def _labels(kind, inputs):

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from official_bert import run_classifier
+from official_bert.tasks import classification_task
 from tests import testing
 
 # Document ranges of the shared corpus (470 documents in the order of the
@@ -171,7 +171,7 @@ def test_bad_data_files_are_one_sentence_errors(tmp_path, files, match):
 
 def test_eval_results_for_regression_and_classification():
   logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]], np.float32)
-  result = run_classifier.eval_results(logits, np.array([0, 1, 1]), False, 7)
+  result = classification_task.eval_results(logits, np.array([0, 1, 1]), False, 7)
   assert result["eval_accuracy"] == pytest.approx(2 / 3)
   expected_loss = -np.mean([np.log(1 / (1 + np.exp(-2))),
                             np.log(1 / (1 + np.exp(-1))),
@@ -179,7 +179,7 @@ def test_eval_results_for_regression_and_classification():
   assert result["eval_loss"] == pytest.approx(expected_loss, rel=1e-5)
   assert result["global_step"] == 7
   values = np.array([[0.5], [2.0], [1.0]], np.float32)
-  result = run_classifier.eval_results(values, np.array([1.0, 3.0, 2.5]),
+  result = classification_task.eval_results(values, np.array([1.0, 3.0, 2.5]),
                                        True, 7)
   assert result["eval_spearman"] == pytest.approx(1.0)
   assert result["eval_mse"] == pytest.approx((0.25 + 1 + 2.25) / 3)
@@ -188,14 +188,14 @@ def test_eval_results_for_regression_and_classification():
 def test_losses_and_training_metric_counts():
   logits = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]], np.float32)
   labels = np.array([0, 1, 1], np.int32)
-  loss = run_classifier.classifier_losses(labels, logits)["loss"]
+  loss = classification_task.classifier_losses(labels, logits)["loss"]
   log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   assert float(loss) == pytest.approx(-log_softmax[[0, 1, 2], labels].mean(),
                                       rel=1e-5)
-  counts = run_classifier.classifier_metric_counts(labels, logits)
+  counts = classification_task.classifier_metric_counts(labels, logits)
   assert float(counts["label_correct"]) == 2 and float(counts["label_total"]) == 3
   values = np.array([[0.5], [2.0]], np.float32)
-  mse = run_classifier.classifier_losses(np.array([1.0, 1.0], np.float32),
+  mse = classification_task.classifier_losses(np.array([1.0, 1.0], np.float32),
                                          values, regression=True)["loss"]
   assert float(mse) == pytest.approx((0.25 + 1.0) / 2)
 
