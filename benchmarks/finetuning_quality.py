@@ -332,6 +332,9 @@ def run_hf(work):
   device = torch.device(FLAGS.device or
                         ("cuda" if torch.cuda.is_available() else "cpu"))
   data = os.path.join(work, "data")
+  if not os.path.exists(os.path.join(data, "task.npz")):
+    raise app.UsageError(f"{data} holds no task.npz; run --stage=prepare "
+                         "with this --work_dir first.")
   out = os.path.join(work, "hf")
   os.makedirs(out, exist_ok=True)
   with np.load(os.path.join(data, "pretrain.npz")) as f:
