@@ -24,6 +24,7 @@ ratios ours/HF. Tasks run one after the other, each side in turn:
 
     python -m benchmarks.finetuning_benchmark     # 24 min on 2 cores at load 5-8
     python -m benchmarks.finetuning_benchmark --tasks=short --train_examples=4000
+    python -m benchmarks.finetuning_benchmark --rounds=3   # medians of 3
     python -m benchmarks.finetuning_benchmark --model=base     # BERT-Base size
 """
 
@@ -54,6 +55,9 @@ flags.DEFINE_float("epochs", 1.0, "Training epochs.")
 flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate, both sides.")
 flags.DEFINE_integer("batch_size", 32, "Training and prediction batch.")
 flags.DEFINE_integer("seed", 12345, "Seed of both sides.")
+flags.DEFINE_integer("rounds", 1, "Rounds per task, each running ours then "
+                     "HF: medians of the rates (a noisy neighbour or a "
+                     "frequency change hits one round, not the figure).")
 flags.DEFINE_list("ours_flags", [], "Extra flags for our programs, e.g. "
                   "--ours_flags=--nodynamic_padding.")
 
@@ -159,29 +163,34 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
           f"{lengths.mean():.0f}, p95 {np.percentile(lengths, 95):.0f}, "
           f"label 1: {np.mean(encoded['train'][1]):.2f}")
 
-  out = os.path.join(work, f"{kind}_ours")
-  ours = run_ours(["official_bert.run_classifier", f"--task_data_dir={task}",
-                   f"--output_dir={out}", "--do_eval",
-                   f"--eval_batch_size={FLAGS.batch_size}",
-                   "--max_seq_length=128"]
-                  + common_flags(work, FLAGS.learning_rate), "run_classifier")
-  with open(os.path.join(out, "eval_results.txt")) as f:
-    ours["metric"] = float(re.search(r"eval_accuracy = ([0-9.]+)",
-                                     f.read()).group(1))
+  def ours():
+    out = os.path.join(work, f"{kind}_ours")
+    shutil.rmtree(out, ignore_errors=True)
+    result = run_ours(["official_bert.run_classifier",
+                       f"--task_data_dir={task}", f"--output_dir={out}",
+                       "--do_eval", f"--eval_batch_size={FLAGS.batch_size}",
+                       "--max_seq_length=128"]
+                      + common_flags(work, FLAGS.learning_rate),
+                      "run_classifier")
+    with open(os.path.join(out, "eval_results.txt")) as f:
+      result["metric"] = float(re.search(r"eval_accuracy = ([0-9.]+)",
+                                         f.read()).group(1))
+    return result
 
-  torch.manual_seed(FLAGS.seed)
-  model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=2)
-  trainer = hf_trainer(model, short_task.hf_features(*encoded["train"][:1],
-                                          {"labels": encoded["train"][1]}),
-                       work, len(train), collator)
-  result, train_s, load = timed(trainer.train)
-  prediction, predict_s, _ = timed(
-      lambda: trainer.predict(short_task.hf_features(encoded["dev"][0])))
-  accuracy = float(np.mean(prediction.predictions.argmax(-1)
-                           == encoded["dev"][1]))
-  hf = {"train_s": train_s, "predict_s": predict_s, "predict_n": len(dev),
-        "metric": accuracy, "load": load}
-  del result
+  def hf():
+    torch.manual_seed(FLAGS.seed)
+    model = BertForSequenceClassification.from_pretrained(hf_dir,
+                                                          num_labels=2)
+    trainer = hf_trainer(model, short_task.hf_features(
+        *encoded["train"][:1], {"labels": encoded["train"][1]}),
+                         work, len(train), collator)
+    _, train_s, load = timed(trainer.train)
+    prediction, predict_s, _ = timed(
+        lambda: trainer.predict(short_task.hf_features(encoded["dev"][0])))
+    accuracy = float(np.mean(prediction.predictions.argmax(-1)
+                             == encoded["dev"][1]))
+    return {"train_s": train_s, "predict_s": predict_s, "predict_n": len(dev),
+            "metric": accuracy, "load": load}
   return info, "accuracy", len(train), ours, hf
 
 
@@ -212,38 +221,45 @@ def squad_task(work, tokenizer, collator, hf_dir):
           f"questions -> {len(features['dev'])} windows; pieces mean "
           f"{lengths.mean():.0f}, p95 {np.percentile(lengths, 95):.0f}")
 
-  out = os.path.join(work, "squad_ours")
-  ours = run_ours(["official_bert.run_squad", f"--output_dir={out}",
-                   f"--train_file={task}/train.json",
-                   f"--predict_file={task}/dev.json", "--max_seq_length=384"]
-                  + common_flags(work, FLAGS.learning_rate), "run_squad")
-  with open(os.path.join(out, "eval_results.txt")) as f:
-    ours["metric"] = float(re.search(r"^f1 = ([0-9.]+)", f.read(),
-                                     re.M).group(1))
+  def ours():
+    out = os.path.join(work, "squad_ours")
+    shutil.rmtree(out, ignore_errors=True)
+    result = run_ours(["official_bert.run_squad", f"--output_dir={out}",
+                       f"--train_file={task}/train.json",
+                       f"--predict_file={task}/dev.json",
+                       "--max_seq_length=384"]
+                      + common_flags(work, FLAGS.learning_rate), "run_squad")
+    with open(os.path.join(out, "eval_results.txt")) as f:
+      result["metric"] = float(re.search(r"^f1 = ([0-9.]+)", f.read(),
+                                         re.M).group(1))
+    return result
 
-  torch.manual_seed(FLAGS.seed)
-  model = BertForQuestionAnswering.from_pretrained(hf_dir)
-  inputs, labels = squad.feature_arrays(features["train"], True)
-  trainer = hf_trainer(model, short_task.hf_features(inputs, labels), work,
-                       len(features["train"]), collator)
-  _, train_s, load = timed(trainer.train)
+  def hf():
+    torch.manual_seed(FLAGS.seed)
+    model = BertForQuestionAnswering.from_pretrained(hf_dir)
+    inputs, labels = squad.feature_arrays(features["train"], True)
+    trainer = hf_trainer(model, short_task.hf_features(inputs, labels), work,
+                         len(features["train"]), collator)
+    _, train_s, load = timed(trainer.train)
+    return hf_predict(trainer, train_s, load)
 
-  def predict():
-    dev_inputs = squad.feature_arrays(features["dev"])
-    out = trainer.predict(short_task.hf_features(dev_inputs)).predictions
-    starts, ends = out  # padded to each batch's longest by -100: fill
-    full = np.full((len(features["dev"]), 384), -1e4, np.float32)
-    s, e = full.copy(), full.copy()
-    s[:, :starts.shape[1]] = np.where(starts == -100, -1e4, starts)
-    e[:, :ends.shape[1]] = np.where(ends == -100, -1e4, ends)
-    predictions, _, _ = squad.postprocess(
-        dev_examples, features["dev"], s.tolist(), e.tolist(),
-        tokenizer.vocab)
-    return predictions
-  predictions, predict_s, _ = timed(predict)
-  f1 = squad_metrics.evaluate_v1(splits["dev"], predictions)["f1"]
-  hf = {"train_s": train_s, "predict_s": predict_s,
-        "predict_n": len(dev_examples), "metric": f1, "load": load}
+  def hf_predict(trainer, train_s, load):
+    def predict():
+      dev_inputs = squad.feature_arrays(features["dev"])
+      out = trainer.predict(short_task.hf_features(dev_inputs)).predictions
+      starts, ends = out  # padded to each batch's longest by -100: fill
+      full = np.full((len(features["dev"]), 384), -1e4, np.float32)
+      s, e = full.copy(), full.copy()
+      s[:, :starts.shape[1]] = np.where(starts == -100, -1e4, starts)
+      e[:, :ends.shape[1]] = np.where(ends == -100, -1e4, ends)
+      predictions, _, _ = squad.postprocess(
+          dev_examples, features["dev"], s.tolist(), e.tolist(),
+          tokenizer.vocab)
+      return predictions
+    predictions, predict_s, _ = timed(predict)
+    f1 = squad_metrics.evaluate_v1(splits["dev"], predictions)["f1"]
+    return {"train_s": train_s, "predict_s": predict_s,
+            "predict_n": len(dev_examples), "metric": f1, "load": load}
   # Steps count questions on our side (as the original), windows on HF's.
   return info, "f1", (len(train_examples), len(features["train"])), ours, hf
 
@@ -251,6 +267,7 @@ def squad_task(work, tokenizer, collator, hf_dir):
 # ------------------------------------------------------------------- main ----
 def main(argv):
   del argv
+  import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   from transformers import BertConfig, BertForPreTraining  # pylint: disable=g-import-not-at-top
   from transformers import BertTokenizerFast, DataCollatorWithPadding  # pylint: disable=g-import-not-at-top
@@ -277,32 +294,39 @@ def main(argv):
     rows = []
     for name in FLAGS.tasks:
       if name == "squad":
-        info, metric, n, ours, hf = squad_task(work, tokenizer, collator,
-                                               hf_dir)
+        info, metric, n, run_ours_side, run_hf_side = squad_task(
+            work, tokenizer, collator, hf_dir)
       else:
-        info, metric, n, ours, hf = classification_task(
+        info, metric, n, run_ours_side, run_hf_side = classification_task(
             name, work, tokenizer, collator, hf_dir)
       n_ours, n_hf = n if isinstance(n, tuple) else (n, n)
-      ours["train_rate"] = n_ours * FLAGS.epochs / ours["train_s"]
-      hf["train_rate"] = n_hf * FLAGS.epochs / hf["train_s"]
-      for side in (ours, hf):
-        side["predict_rate"] = side["predict_n"] / side["predict_s"]
-      # SQuAD: ours takes its steps from the questions (as the original),
-      # HF goes over every window: both rates count windows trained on.
-      if name == "squad":
-        ours["train_rate"] = (int(n_ours / FLAGS.batch_size * FLAGS.epochs)
-                              * FLAGS.batch_size / ours["train_s"])
       print(f"\n[{name}] {info}", flush=True)
-      for side_name, side in (("ours", ours), ("HF Trainer", hf)):
-        print(f"  {side_name:10s} train {side['train_s']:6.1f} s "
-              f"{side['train_rate']:6.1f} ex/s | predict "
-              f"{side['predict_rate']:6.1f} ex/s | dev {metric} "
-              f"{side['metric']:.3f} | load {side['load']:.2f}", flush=True)
+      rounds = []
+      for r in range(FLAGS.rounds):
+        ours, hf = run_ours_side(), run_hf_side()
+        ours["train_rate"] = n_ours * FLAGS.epochs / ours["train_s"]
+        hf["train_rate"] = n_hf * FLAGS.epochs / hf["train_s"]
+        for side in (ours, hf):
+          side["predict_rate"] = side["predict_n"] / side["predict_s"]
+        # SQuAD: ours takes its steps from the questions (as the original),
+        # HF goes over every window: both rates count windows trained on.
+        if name == "squad":
+          ours["train_rate"] = (int(n_ours / FLAGS.batch_size * FLAGS.epochs)
+                                * FLAGS.batch_size / ours["train_s"])
+        for side_name, side in (("ours", ours), ("HF Trainer", hf)):
+          print(f"  round {r + 1} {side_name:10s} train {side['train_s']:6.1f}"
+                f" s {side['train_rate']:6.1f} ex/s | predict "
+                f"{side['predict_rate']:6.1f} ex/s | dev {metric} "
+                f"{side['metric']:.3f} | load {side['load']:.2f}", flush=True)
+        rounds.append((ours, hf))
+      ours, hf = ({key: float(np.median([r[i][key] for r in rounds]))
+                   for key in rounds[0][i]} for i in (0, 1))
       ratios = (ours["train_rate"] / hf["train_rate"],
                 ours["predict_rate"] / hf["predict_rate"])
-      print(f"  ours/HF: train {ratios[0]:.2f}x (steady, without the "
-            f"tracing step: {ours['steady_rate'] / hf['train_rate']:.2f}x), "
-            f"predict {ratios[1]:.2f}x", flush=True)
+      print(f"  ours/HF{' (medians)' if FLAGS.rounds > 1 else ''}: train "
+            f"{ratios[0]:.2f}x (steady, without the tracing step: "
+            f"{ours['steady_rate'] / hf['train_rate']:.2f}x), predict "
+            f"{ratios[1]:.2f}x", flush=True)
       rows.append((name, ratios, ours, hf))
     print("\nsummary: " + json.dumps({
         name: {"train_x": round(r[0], 2),

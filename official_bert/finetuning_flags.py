@@ -66,6 +66,11 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   flags.DEFINE_integer("pad_to_multiple_of", None, "Bucket width of "
                        "--dynamic_padding (default 8, 32 with --jit_compile: "
                        "one XLA compilation per bucket).")
+  flags.DEFINE_bool("remove_padding", True, "Run the dense layers, "
+                    "LayerNorm and feed-forward networks on the tokens "
+                    "only, not on padding positions (modeling/packing.py); "
+                    "results are the same. Off with --jit_compile and on "
+                    "TPUs (data-dependent shapes).")
   flags.DEFINE_bool("group_by_length", False, "Batch examples of similar "
                     "length together (Hugging Face's group_by_length): less "
                     "padding, less random batches.")
@@ -221,6 +226,7 @@ def driver_config(fv, num_train_examples):
       dynamic_padding=fv.dynamic_padding,
       pad_to_multiple_of=fv.pad_to_multiple_of,
       group_by_length=fv.group_by_length,
+      remove_padding=fv.remove_padding,
       eval_every_steps=fv.eval_every_steps, best_metric=fv.best_metric,
       early_stopping_patience=fv.early_stopping_patience)
 

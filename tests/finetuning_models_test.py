@@ -79,6 +79,58 @@ def test_remove_padding_gives_the_same_outputs_at_the_tokens(cls):
     np.testing.assert_allclose(g, w, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernels", ["fast", "keras"])
+@pytest.mark.parametrize("cls", [finetuning_models.BertClassifier,
+                                 finetuning_models.BertSpanLabeler,
+                                 finetuning_models.BertTokenClassifier])
+def test_remove_padding_in_training_gives_the_same_loss_and_gradients(
+    cls, kernels):
+  # What fine-tuning runs (training/finetuner.py, --remove_padding): the
+  # training branch (the query scale folded into its kernel, the fast
+  # kernels' written-out gradients), dropout off (its draws follow the
+  # layout). Weights of std 0.3 make the rows' outputs differ, and a loss
+  # reading every token's output (random weights, padding left out) makes a
+  # gradient that mixed rows or positions differ.
+  keras.utils.set_random_seed(3)
+  model = cls.from_bert_config(
+      testing.tiny_config(initializer_range=0.3, **NO_DROPOUT),
+      num_classes=2, kernels=kernels)
+  x = testing.random_inputs(lengths=[7, 2, 4])
+  tokens = tf.constant(x["input_mask"], tf.float32)
+  rng = np.random.default_rng(0)
+
+  def loss_and_gradients(remove_padding):
+    with tf.GradientTape() as tape:
+      loss = 0.0
+      for out in tf.nest.flatten(model(x, training=True,
+                                       remove_padding=remove_padding)):
+        weights = rng.normal(size=out.shape).astype(np.float32)
+        if out.shape.rank > 2 or out.shape[-1] == tokens.shape[1]:
+          out = out * tf.reshape(tokens, tokens.shape + (1,) * (
+              out.shape.rank - 2))  # [B, T, ...]: tokens only
+        loss += tf.reduce_sum(out * weights)
+    grads = tape.gradient(loss, model.trainable_variables)
+    return loss, [None if g is None else tf.convert_to_tensor(g)
+                  for g in grads]
+
+  state = rng.bit_generator.state
+  want_loss, want = loss_and_gradients(False)
+  rng.bit_generator.state = state  # the same weights of the loss
+  got_loss, got = loss_and_gradients(True)
+  np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+  # Relative to the largest gradient: some are zero but for rounding (the
+  # key bias: the softmax ignores a shift shared by every key).
+  scale = max(float(np.abs(w).max()) for w in want if w is not None)
+  checked = 0
+  for variable, g, w in zip(model.trainable_variables, got, want):
+    assert (g is None) == (w is None), variable.path
+    if w is not None:
+      np.testing.assert_allclose(g / scale, w / scale, atol=1e-5,
+                                 err_msg=variable.path)
+      checked += 1
+  assert checked > 20
+
+
 def test_fine_tuned_checkpoint_round_trip_and_init_from_pretrainer(tmp_path):
   config = testing.tiny_config()
   keras.utils.set_random_seed(2)

@@ -9,7 +9,6 @@ rows or positions cannot pass.
 
 import numpy as np
 import pytest
-from keras import ops
 
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import packing
@@ -66,7 +65,15 @@ def test_remove_padding_equals_the_padded_path_at_the_tokens(encoder):
   _compare(encoder, inputs)
 
 
-def test_remove_padding_and_output_positions_are_exclusive(encoder):
-  with pytest.raises(ValueError, match="not both"):
-    encoder(testing.random_inputs(), remove_padding=True,
-            output_positions=ops.zeros((3, 2), "int32"))
+def test_remove_padding_with_output_positions(encoder):
+  # The last block at a few positions (the classifier: [CLS] alone, the
+  # masked-LM: its positions) on packed tokens equals the padded path's.
+  inputs = testing.random_inputs(lengths=[7, 2, 4])
+  for positions in (np.zeros((3, 0), np.int32),
+                    np.array([[3, 6], [1, 0], [2, 3]], np.int32)):
+    want = encoder(inputs, training=False, output_positions=positions)
+    got = encoder(inputs, training=False, output_positions=positions,
+                  remove_padding=True)
+    for key in ("pooled_output", "sequence_output"):
+      np.testing.assert_allclose(got[key], want[key], atol=1e-6)
+    assert got["sequence_output"].shape == (3, positions.shape[1], 32)

@@ -1,11 +1,14 @@
-"""--dynamic_padding and --group_by_length through the real program.
+"""--dynamic_padding, --remove_padding and --group_by_length through the
+real program.
 
 run_classifier on sentences of very different lengths, with dropout off
 (dropout draws its masks per padded shape, so with it on the two paddings
 would train on different noise) and weights drawn wide enough that the
 examples' probabilities differ: every batch padded to its longest example
-(the default) gives the dev loss and test probabilities of every example
-padded to --max_seq_length, and a --group_by_length run killed (SIGKILL)
+and the position-wise work on its tokens only (the defaults) give the dev
+loss and test probabilities of every example padded to --max_seq_length
+and computed at every position (the original's way), and, with
+--group_by_length, a run killed (SIGKILL)
 after a checkpoint and rerun ends exactly where an uninterrupted one does.
 """
 
@@ -58,8 +61,8 @@ def test_padding_to_the_batch_equals_fixed_length_and_resumes(tmp_path):
   assert "run_classifier done at step 20" in proc.stdout, proc.stdout
   results, probabilities = _outputs(out)
   fixed = tmp_path / "fixed"
-  testing.run_cli(_flags(task, fixed, config, "--nodynamic_padding"),
-                  timeout=600)
+  testing.run_cli(_flags(task, fixed, config, "--nodynamic_padding",
+                         "--noremove_padding"), timeout=600)
   fixed_results, fixed_probabilities = _outputs(fixed)
   # 20 steps apart in summation order only (float32): equal at 1e-5.
   np.testing.assert_allclose(probabilities, fixed_probabilities, atol=1e-5)

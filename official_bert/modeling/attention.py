@@ -85,16 +85,17 @@ class SelfAttention(keras.layers.Layer):
   def call(self, inputs, training=None, query_inputs=None, packing=None):
     x, mask = inputs
     if packing is not None:
-      return self._call_packed(x, mask, packing, training)
+      return self._call_packed(x, mask, packing, training, query_inputs)
     query = self._split_heads(self.query(x if query_inputs is None
                                          else query_inputs))
     key = self._split_heads(self.key(x))
     value = self._split_heads(self.value(x))
     return self._attend(query, key, value, mask, training)
 
-  def _call_packed(self, x, mask, packing, training):
+  def _call_packed(self, x, mask, packing, training, query_inputs=None):
     tokens, slots = packing
     batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
+    queries = x if query_inputs is None else query_inputs
 
     def heads(rows, perm):
       # [N, H] -> [B, T, H] -> [B, T, N, D] -> `perm`. Padding rows hold
@@ -112,18 +113,25 @@ class SelfAttention(keras.layers.Layer):
     dtype = self.compute_dtype
     if training:
       query = ops.add(
-          ops.matmul(x, ops.cast(self.query.kernel * scale, dtype)),
+          ops.matmul(queries, ops.cast(self.query.kernel * scale, dtype)),
           ops.cast(self.query.bias * scale, dtype))
     else:
-      query = ops.multiply(self.query(x), ops.cast(scale, dtype))
-    query = heads(query, (0, 2, 1, 3))  # [B, N, T, D]
+      query = ops.multiply(self.query(queries), ops.cast(scale, dtype))
+    if query_inputs is None:
+      query = heads(query, (0, 2, 1, 3))  # [B, N, T, D]
+    else:  # [B, P, H] -> [B, N, P, D]
+      query = ops.transpose(self._split_heads(query), (0, 2, 1, 3))
     key = heads(self.key(x), (0, 2, 3, 1))  # [B, N, D, S]
     value = heads(self.value(x), (0, 2, 1, 3))  # [B, N, S, D]
     scores = ops.cast(ops.matmul(query, key), "float32")  # [B, N, T, S]
     probs = self._probabilities(scores, mask, training)
     # [B, N, T, D] -> [B, T, N, D] -> [B, T, H] -> [N, H]: the output
-    # projection runs on the tokens only.
+    # projection runs on the tokens only (with query_inputs: [B, P, H]).
     context = ops.transpose(ops.matmul(probs, value), (0, 2, 1, 3))
+    if query_inputs is not None:
+      context = ops.reshape(context, (batch, ops.shape(query_inputs)[1],
+                                      self.hidden_size))
+      return self.output_dense(context)
     context = ops.reshape(context, (batch, length, self.hidden_size))
     return self.output_dense(packing_lib.pack(context, tokens))
 

@@ -53,13 +53,15 @@ class BertEncoder(keras.Model):
   and the last of `encoder_outputs` are [B, P, H]: the full outputs gathered
   at `output_positions`, at a fraction of the last block's cost.
 
-  `remove_padding=True` (inference): the blocks' position-wise work (every
-  dense layer, LayerNorm, the feed-forward network) runs on the tokens only,
-  packed [N, H], and attention on [B, T] (see `packing.py`). At the token
-  positions the outputs equal the padded path's (to float rounding); at
-  padding positions they are zeros. Position 0 ([CLS]) must be a token of
-  each row: the pooler reads it. The saving is the share of padding, e.g.
-  a serving request padded to its longest text.
+  `remove_padding=True` (training or inference): the blocks' position-wise
+  work (every dense layer, LayerNorm, the feed-forward network) runs on the
+  tokens only, packed [N, H], and attention on [B, T] (see `packing.py`).
+  At the token positions the outputs equal the padded path's (to float
+  rounding); at padding positions they are zeros. Position 0 ([CLS]) must
+  be a token of each row: the pooler reads it. The saving is the share of
+  padding, e.g. a serving request padded to its longest text, or a
+  fine-tuning batch of short sentences. With `output_positions` too, those
+  positions must be tokens.
   """
 
   def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12,
@@ -157,13 +159,10 @@ class BertEncoder(keras.Model):
     if output_positions is not None:
       # [B, P] -> [B, 1 + P]: the pooler's [CLS] position first.
       output_positions = ops.cast(output_positions, "int32")
-      last_positions = ops.concatenate(
-          [ops.zeros_like(output_positions[:, :1]), output_positions], axis=1)
+      cls = ops.zeros((ops.shape(output_positions)[0], 1), "int32")
+      last_positions = ops.concatenate([cls, output_positions], axis=1)
     packing = None
     if remove_padding:
-      if output_positions is not None:
-        raise ValueError("BertEncoder takes output_positions or "
-                         "remove_padding=True, not both")
       packing = packing_lib.pack_indices(mask)
       x = packing_lib.pack(x, packing[0])  # [B, T, H] -> [N, H]
     layer_outputs = []
@@ -174,9 +173,11 @@ class BertEncoder(keras.Model):
       layer_outputs.append(x)
     if packing is not None:
       # [N, H] -> [B, T, H], zeros at padding (unused ones are pruned from a
-      # tf.function's graph).
-      layer_outputs = [packing_lib.unpack(output, packing[1], mask)
-                       for output in layer_outputs]
+      # tf.function's graph); a last block run at output_positions is
+      # [B, 1 + P, H] already.
+      packed = layer_outputs if last_positions is None else layer_outputs[:-1]
+      layer_outputs[:len(packed)] = [
+          packing_lib.unpack(output, packing[1], mask) for output in packed]
       x = layer_outputs[-1]
     # [B, H]: the [CLS] position of the last block.
     pooled = self.pooler(x[:, 0, :])

@@ -92,7 +92,7 @@ class BertClassifier(_FineTuningModel):
       `hidden_dropout_prob`.
 
   Inputs: the encoder's dict (int32 [B, T] each). `remove_padding=True`
-    (inference, what the serving export passes): the encoder's
+    (fine-tuning, and what the serving export passes): the encoder's
     position-wise work on the tokens only, the same logits.
   Output: float32 logits [B, C].
 
@@ -107,7 +107,13 @@ class BertClassifier(_FineTuningModel):
     super().__init__(encoder, num_classes, dropout_rate, **kwargs)
 
   def call(self, inputs, training=None, remove_padding=False):
-    pooled = self.encoder(_encoder_inputs(inputs), training=training,
+    inputs = _encoder_inputs(inputs)
+    # The pooler reads [CLS] alone: the last block runs there only (no
+    # other output positions), the same pooled output for 1/L less work.
+    no_positions = ops.zeros((ops.shape(inputs["input_word_ids"])[0], 0),
+                             "int32")
+    pooled = self.encoder(inputs, training=training,
+                          output_positions=no_positions,
                           remove_padding=remove_padding)[
         "pooled_output"]                                       # [B, H]
     logits = self.classifier(self.dropout(pooled, training=training))
@@ -126,7 +132,7 @@ class BertSpanLabeler(_FineTuningModel):
     encoder: a `BertEncoder`.
 
   Inputs: the encoder's dict (int32 [B, T] each). `remove_padding=True`
-    (inference): the encoder's position-wise work on the tokens only, the
+    (fine-tuning and inference): the position-wise work on the tokens only, the
     same logits at the tokens.
   Output: dict `start_logits`, `end_logits`, float32 [B, T].
 
@@ -170,7 +176,7 @@ class BertTokenClassifier(_FineTuningModel):
     dropout_rate: default the encoder's `hidden_dropout_prob`.
 
   Inputs: the encoder's dict (int32 [B, T] each). `remove_padding=True`
-    (inference): the encoder's position-wise work on the tokens only, the
+    (fine-tuning and inference): the position-wise work on the tokens only, the
     same logits at the tokens (at padding positions: the bias alone).
   Output: float32 logits [B, T, C].
 

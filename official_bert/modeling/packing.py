@@ -12,6 +12,7 @@ and v into [B, T] and its context back).
     tokens, slots = pack_indices(mask)      # [N], [B * T]
     packed = pack(x, tokens)                # [B, T, H] -> [N, H]
     padded = unpack(packed, slots, mask)    # [N, H] -> [B, T, H], 0 at padding
+    rows = gather_packed(packed, (tokens, slots), mask, positions)  # [B, P, H]
 """
 
 from keras import ops
@@ -56,3 +57,19 @@ def unpack(packed, slots, mask, zero_padding=True):
     rows = ops.take(packed, ops.minimum(slots, last), axis=0)
   batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
   return ops.reshape(rows, (batch, length, ops.shape(packed)[-1]))
+
+
+def gather_packed(packed, packing, mask, positions):
+  """[N, D] -> [B, P, D]: the packed rows of int [B, P] `positions` (in the
+  [B, T] layout of `mask`; each must be a token, e.g. [CLS] at 0)."""
+  slots = packing[1]
+  length = ops.shape(mask)[1]
+  positions = ops.cast(positions, "int32")
+  offsets = ops.expand_dims(ops.arange(ops.shape(positions)[0],
+                                       dtype="int32") * length, 1)
+  rows = ops.take(slots, ops.reshape(positions + offsets, (-1,)), axis=0)
+  num_positions = positions.shape[1]
+  if num_positions is None:
+    num_positions = ops.shape(positions)[1]
+  return ops.reshape(ops.take(packed, rows, axis=0),
+                     (-1, num_positions, ops.shape(packed)[-1]))

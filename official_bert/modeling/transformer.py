@@ -8,6 +8,7 @@ from official_bert.modeling import dropout
 from official_bert.modeling import feed_forward
 from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import normalization
+from official_bert.modeling import packing as packing_lib
 from official_bert.modeling import positions as positions_lib
 
 
@@ -42,7 +43,8 @@ class TransformerBlock(keras.layers.Layer):
   gathered there, for a fraction of the work when only P positions are read.
   With `packing` (`packing.pack_indices(mask)`), x holds the tokens only,
   packed [N, H], and so does the output: every position-wise step runs on
-  the N tokens, attention on [B, T] (see `packing.py`).
+  the N tokens, attention on [B, T] (see `packing.py`). With both, the
+  output is [B, P, H] at `output_positions` (which must be tokens).
 
   Example:
     >>> block = TransformerBlock(32, 4, 37)
@@ -101,10 +103,11 @@ class TransformerBlock(keras.layers.Layer):
   def call(self, inputs, training=None, output_positions=None, packing=None):
     x, mask = inputs
     queries = None
-    if packing is not None and output_positions is not None:
-      raise ValueError("TransformerBlock takes output_positions or packing, "
-                       "not both")
-    if output_positions is not None:
+    if output_positions is not None and packing is not None:
+      # [N, H] -> [B, P, H]: the packed rows of those positions (which must
+      # be tokens), the queries and the residual.
+      queries = packing_lib.gather_packed(x, packing, mask, output_positions)
+    elif output_positions is not None:
       # [B, T, H] -> [B, P, H]: the queries, and the residual.
       queries = positions_lib.gather_positions(x, output_positions)
     attended = self.attention((x, mask), training=training,

@@ -51,8 +51,8 @@ class DriverConfig:
     gradient_accumulation_steps: the loop (training/trainer.py).
   init_checkpoint: warm-start weights, when output_dir holds no checkpoint.
   best_metric, eval_every_steps, early_stopping_patience, num_train_epochs,
-    dynamic_padding, pad_to_multiple_of, group_by_length: fine-tuning's
-    (training/finetuner.py).
+    dynamic_padding, pad_to_multiple_of, group_by_length, remove_padding:
+    fine-tuning's (training/finetuner.py).
   flags: the program's resolved flags, written to flags.json.
   """
   output_dir: str
@@ -91,6 +91,7 @@ class DriverConfig:
   dynamic_padding: bool = True
   pad_to_multiple_of: Optional[int] = None
   group_by_length: bool = False
+  remove_padding: bool = True
   # ---- what flags.json records
   flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -132,10 +133,11 @@ class Driver:
     return isinstance(self.strategy, tf.distribute.TPUStrategy)
 
   def build(self, build_model, loss_fn, metric_fn=None,
-            transform_gradients=None):
+            transform_gradients=None, remove_padding=False):
     """The model (`build_model(kernels)`), in the strategy's scope, its
     optimizer and the Trainer; `transform_gradients(model)` -> the trainer's
-    gradient transform, or None."""
+    gradient transform, or None; `remove_padding`: the trainer calls the
+    model with `remove_padding=True` (a fine-tuning model's)."""
     import keras  # pylint: disable=g-import-not-at-top
     from official_bert.modeling import kernels as kernels_lib  # pylint: disable=g-import-not-at-top
     from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
@@ -173,7 +175,8 @@ class Driver:
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             jit_compile=config.jit_compile,
             keep_checkpoints=config.keep_checkpoint_max,
-            eval_every_steps=config.eval_every_steps),
+            eval_every_steps=config.eval_every_steps,
+            remove_padding=remove_padding),
         metric_fn=metric_fn,
         transform_gradients=(transform_gradients(self.model)
                              if transform_gradients else None))

@@ -50,14 +50,20 @@ class Finetuner(driver.Driver):
     self.make_output_dir()
     self.num_train_examples = num_train_examples
     self.example_name = example_name
-    self.build(build_model, loss_fn, metric_fn)
-    self.step = self.start = 0
     # Each batch cut to its longest example (training/padding.py); TPUs
     # compile the whole loop for one shape, so they keep max_seq_length.
     self.pad_multiple = None
     if config.dynamic_padding and not self.is_tpu():
       self.pad_multiple = (config.pad_to_multiple_of
                            or padding.default_multiple(config.jit_compile))
+    # The position-wise work on the tokens only (modeling/packing.py), in
+    # training, evaluation and prediction: shapes that depend on the data,
+    # which XLA cannot compile.
+    self.remove_padding = (config.remove_padding and not config.jit_compile
+                           and not self.is_tpu())
+    self.build(build_model, loss_fn, metric_fn,
+               remove_padding=self.remove_padding)
+    self.step = self.start = 0
     self.best = best_checkpoint.BestCheckpoint(
         os.path.join(config.output_dir, "best"), self.model,
         config.best_metric or best_metric, self.is_chief,
@@ -214,8 +220,8 @@ class Finetuner(driver.Driver):
     """`predict` with the run's padding (and the step traced once)."""
     key = (batch_size, fill)
     if key not in self._predict_steps:
-      self._predict_steps[key] = predict_step(self.model, inputs,
-                                              self.pad_multiple, fill)
+      self._predict_steps[key] = predict_step(
+          self.model, inputs, self.pad_multiple, fill, self.remove_padding)
     return predict(self.model, inputs, batch_size,
                    step=self._predict_steps[key])
 
@@ -228,16 +234,19 @@ class Finetuner(driver.Driver):
         result.items()) if isinstance(v, (int, float))), flush=True)
 
 
-def predict_step(model, inputs, multiple=None, fill=0.0):
+def predict_step(model, inputs, multiple=None, fill=0.0, remove_padding=False):
   """A tf.function batch -> model outputs (training=False) for batches like
   `inputs` (numpy). With `multiple`, each batch is cut to its longest
   example rounded up to it (training/padding.py) and the per-position
   outputs are padded back to the full length with `fill`; traced once, for
-  any batch and length."""
+  any batch and length. `remove_padding`: the model is called with
+  `remove_padding=True` (its position-wise work on the tokens only)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_bert.training import padding  # pylint: disable=g-import-not-at-top
+  call_kwargs = {"remove_padding": True} if remove_padding else {}
   if not multiple:
-    return tf.function(lambda batch: model(batch, training=False))
+    return tf.function(lambda batch: model(batch, training=False,
+                                           **call_kwargs))
   signature = {k: tf.TensorSpec([None, None], tf.as_dtype(v.dtype))
                for k, v in inputs.items()}
 
@@ -246,7 +255,8 @@ def predict_step(model, inputs, multiple=None, fill=0.0):
     full = tf.shape(batch["input_mask"])[1]
     cut = padding.cut_batch(batch, multiple=multiple)
     length = tf.shape(cut["input_mask"])[1]
-    return padding.pad_outputs(model(cut, training=False), length, full, fill)
+    return padding.pad_outputs(model(cut, training=False, **call_kwargs),
+                               length, full, fill)
   return step
 
 

@@ -35,6 +35,7 @@ class StepOptions:
   gradient_accumulation_steps: int = 1
   max_grad_norm: float = 1.0
   jit_compile: bool = False
+  remove_padding: bool = False
 
 
 def is_tpu(strategy):
@@ -76,20 +77,23 @@ def local_spec(spec):
 
 
 def replica_gradients(model, optimizer, losses_and_metrics, batches,
-                      num_replicas):
+                      num_replicas, remove_padding=False):
   """Per replica: summed gradients and losses/metrics of the micro-batches.
 
   Each micro-batch's loss is scaled by 1 / (replicas * micro-batches), so the
   all-reduced sum is the gradient of the global batch's mean loss. Losses are
   averaged over micro-batches, metrics summed. A variable the loss never
   reads (the pooler under a span or token head) has the gradient None.
+  `remove_padding`: the model is called with `remove_padding=True` (the
+  fine-tuning models: position-wise work on the tokens only).
   """
   variables = model.trainable_variables
+  call_kwargs = {"remove_padding": True} if remove_padding else {}
   scale = 1.0 / (num_replicas * len(batches))
   grads, loss_sums, metric_sums = None, {}, {}
   for inputs, labels in batches:
     with tf.GradientTape() as tape:
-      outputs = model(inputs, training=True)
+      outputs = model(inputs, training=True, **call_kwargs)
       losses, metrics = losses_and_metrics(labels, outputs)
       scaled = optimizer.scale_loss(losses["loss"] * scale)
     step_grads = [None if g is None else tf.convert_to_tensor(g)
@@ -149,7 +153,7 @@ def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
 
   def replica_grads(batches):
     return replica_gradients(model, optimizer, losses_and_metrics, batches,
-                             num_replicas)
+                             num_replicas, options.remove_padding)
 
   def apply(grads):
     if transform_gradients is not None:

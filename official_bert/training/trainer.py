@@ -75,6 +75,9 @@ class TrainConfig:
   keep_checkpoints: checkpoints kept (older ones deleted).
   eval_every_steps: inner loops also end at multiples of this (and
     `train`'s `after_loop` runs there and at the end); 0 = never.
+  remove_padding: call the model with `remove_padding=True` (the fine-tuning
+    models: their position-wise work on the tokens only, modeling/packing.py;
+    a shape XLA cannot compile, so not with jit_compile).
   """
   output_dir: str
   num_train_steps: int
@@ -85,6 +88,7 @@ class TrainConfig:
   jit_compile: bool = False
   keep_checkpoints: int = 5
   eval_every_steps: int = 0
+  remove_padding: bool = False
 
 
 @dataclasses.dataclass
@@ -120,6 +124,11 @@ class Trainer:
   def __init__(self, strategy, model, optimizer, loss_fn, config,
                metric_fn=None, log=print, transform_gradients=None):
     distribution.check_jit_compile(strategy, config.jit_compile)
+    if config.remove_padding and (config.jit_compile
+                                  or train_step.is_tpu(strategy)):
+      raise ValueError("remove_padding gives tensors of data-dependent "
+                       "shape, which XLA cannot compile: not with "
+                       "jit_compile or on TPUs")
     if config.num_train_steps <= 0:
       raise ValueError(f"num_train_steps must be positive, got "
                        f"{config.num_train_steps}")
@@ -260,7 +269,8 @@ class Trainer:
           self.strategy, self.model, self.optimizer, self.loss_fn,
           self.metric_fn, self.step, train_step.StepOptions(
               self.config.gradient_accumulation_steps,
-              self.config.max_grad_norm, self.config.jit_compile), keys,
+              self.config.max_grad_norm, self.config.jit_compile,
+              self.config.remove_padding), keys,
           transform_gradients=self.transform_gradients)
     return iter(dataset)
 
