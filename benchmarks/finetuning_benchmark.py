@@ -13,7 +13,8 @@ same token ids (our tokenizer, the same vocab), the same hyperparameters
   squad   the pydocs SQuAD task (tools/squad_task.py), windows of 384.
 
 Ours is the user's command (`run_classifier`, `run_squad`: every batch
-padded to its longest example, the original's AdamWeightDecay update);
+padded to its longest example, the position-wise layers on its tokens only,
+the original's AdamWeightDecay update);
 Hugging Face's is `Trainer` with its defaults (`DataCollatorWithPadding`:
 each batch padded to its longest; torch AdamW). Per task and side: training
 time and examples/s (ours from the program's "Trained steps" line: it
@@ -22,10 +23,12 @@ prediction examples/s (the test split; ours from the program's line, HF's
 `predict` + the same postprocessing for SQuAD), the dev metric, and the
 ratios ours/HF. Tasks run one after the other, each side in turn:
 
-    python -m benchmarks.finetuning_benchmark     # 24 min on 2 cores at load 5-8
-    python -m benchmarks.finetuning_benchmark --tasks=short --train_examples=4000
-    python -m benchmarks.finetuning_benchmark --rounds=3   # medians of 3
-    python -m benchmarks.finetuning_benchmark --model=base     # BERT-Base size
+    python -m benchmarks.finetuning_benchmark --train_examples=4000   # 15 min
+    python -m benchmarks.finetuning_benchmark --tasks=short --rounds=3  # medians
+    python -m benchmarks.finetuning_benchmark --model=base --tasks=short  # 14 min
+
+(times on 2 idle cores; docs/performance.md has the results). Ours' own
+output goes to WORK/<task>_ours/program.log; --keep_work keeps WORK.
 """
 
 import json
@@ -47,10 +50,10 @@ flags.DEFINE_integer("train_examples", 2048, "Training examples of short "
                      "(a multiple of 32: the same steps both ways).")
 flags.DEFINE_integer("predict_examples", 1024, "Dev/test examples of "
                      "short.")
-flags.DEFINE_integer("long_train", 512, "Training examples of long.")
+flags.DEFINE_integer("long_train", 2048, "Training examples of long.")
 flags.DEFINE_integer("long_predict", 256, "Dev/test examples of long.")
-flags.DEFINE_integer("squad_train", 256, "SQuAD training questions.")
-flags.DEFINE_integer("squad_predict", 128, "SQuAD dev questions.")
+flags.DEFINE_integer("squad_train", 1024, "SQuAD training questions.")
+flags.DEFINE_integer("squad_predict", 256, "SQuAD dev questions.")
 flags.DEFINE_float("epochs", 1.0, "Training epochs.")
 flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate, both sides.")
 flags.DEFINE_integer("batch_size", 32, "Training and prediction batch.")
@@ -58,6 +61,8 @@ flags.DEFINE_integer("seed", 12345, "Seed of both sides.")
 flags.DEFINE_integer("rounds", 1, "Rounds per task, each running ours then "
                      "HF: medians of the rates (a noisy neighbour or a "
                      "frequency change hits one round, not the figure).")
+flags.DEFINE_bool("keep_work", False, "Keep the work directory (data, "
+                  "models, our programs' logs) and print its path.")
 flags.DEFINE_list("ours_flags", [], "Extra flags for our programs, e.g. "
                   "--ours_flags=--nodynamic_padding.")
 
@@ -81,6 +86,10 @@ def run_ours(args, what):
   proc = subprocess.run([sys.executable, "-m"] + args + FLAGS.ours_flags,
                         cwd=ROOT, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True)
+  out = next(a.split("=", 1)[1] for a in args if a.startswith("--output_dir="))
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "program.log"), "w", encoding="utf-8") as f:
+    f.write(proc.stdout)
   if proc.returncode:
     raise RuntimeError(f"{what} failed:\n{proc.stdout[-3000:]}")
   train = re.search(r"Trained steps \d+\.\.\d+ .* in ([0-9.]+) s", proc.stdout)
@@ -336,7 +345,10 @@ def main(argv):
                "hf_metric": round(h["metric"], 3)}
         for name, r, o, h in rows}), flush=True)
   finally:
-    shutil.rmtree(work, ignore_errors=True)
+    if FLAGS.keep_work:
+      print(f"work directory kept: {work}", flush=True)
+    else:
+      shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
