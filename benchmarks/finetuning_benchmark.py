@@ -24,8 +24,8 @@ prediction examples/s (the test split; ours from the program's line, HF's
 ratios ours/HF. Tasks run one after the other, each side in turn:
 
     python -m benchmarks.finetuning_benchmark --train_examples=4000   # 15 min
-    python -m benchmarks.finetuning_benchmark --tasks=short --rounds=3  # medians
-    python -m benchmarks.finetuning_benchmark --model=base --tasks=short  # 14 min
+    python -m benchmarks.finetuning_benchmark --tasks=short --rounds=3 # medians
+    python -m benchmarks.finetuning_benchmark --model=base --tasks=short # 14m
 
 (times on 2 idle cores; docs/performance.md has the results). Ours' own
 output goes to WORK/<task>_ours/program.log; --keep_work keeps WORK.
