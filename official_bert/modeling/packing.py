@@ -17,6 +17,8 @@ and v into [B, T] and its context back).
 
 from keras import ops
 
+from official_bert.modeling import positions as positions_lib
+
 
 def pack_indices(mask):
   """Where the tokens are, both ways.
@@ -62,14 +64,7 @@ def unpack(packed, slots, mask, zero_padding=True):
 def gather_packed(packed, packing, mask, positions):
   """[N, D] -> [B, P, D]: the packed rows of int [B, P] `positions` (in the
   [B, T] layout of `mask`; each must be a token, e.g. [CLS] at 0)."""
-  slots = packing[1]
-  length = ops.shape(mask)[1]
-  positions = ops.cast(positions, "int32")
-  offsets = ops.expand_dims(ops.arange(ops.shape(positions)[0],
-                                       dtype="int32") * length, 1)
-  rows = ops.take(slots, ops.reshape(positions + offsets, (-1,)), axis=0)
-  num_positions = positions.shape[1]
-  if num_positions is None:
-    num_positions = ops.shape(positions)[1]
-  return ops.reshape(ops.take(packed, rows, axis=0),
-                     (-1, num_positions, ops.shape(packed)[-1]))
+  # Each position's packed row, read from `slots` laid out [B, T, 1].
+  slots = ops.reshape(packing[1], (ops.shape(mask)[0], ops.shape(mask)[1], 1))
+  rows = positions_lib.gather_positions(slots, positions)[:, :, 0]  # [B, P]
+  return ops.take(packed, rows, axis=0)
