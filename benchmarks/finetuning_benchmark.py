@@ -250,9 +250,7 @@ def squad_task(work, tokenizer, collator, hf_dir):
     trainer = hf_trainer(model, short_task.hf_features(inputs, labels), work,
                          len(features["train"]), collator)
     _, train_s, load = timed(trainer.train)
-    return hf_predict(trainer, train_s, load)
 
-  def hf_predict(trainer, train_s, load):
     def predict():
       dev_inputs = squad.feature_arrays(features["dev"])
       out = trainer.predict(short_task.hf_features(dev_inputs)).predictions
