@@ -75,16 +75,28 @@ def test_predictions_equal_fixed_length_padding(kind, kernels):
   lengths = [5, 9, 3, 2, 7, 4, 16]
   inputs = _inputs(lengths, seed=3)
   fixed = finetuner.predict(model, inputs, 3)
-  cut = finetuner.predict(model, inputs, 3, multiple=4, fill=-7.0)
+  # In order of length (the default with `multiple`), the batches are the
+  # examples [3, 2, 5] (cut to 4), [0, 4, 1] (to 12) and [6] (16); in the
+  # inputs' order, [0, 1, 2] (to 12), [3, 4, 5] (8) and [6].
+  by_length = finetuner.predict(model, inputs, 3, multiple=4, fill=-7.0)
+  in_order = finetuner.predict(model, inputs, 3, multiple=4, fill=-7.0,
+                               by_length=False)
   mask = inputs["input_mask"].astype(bool)
-  for fixed_out, cut_out in zip(tf.nest.flatten(fixed), tf.nest.flatten(cut)):
-    assert fixed_out.shape == cut_out.shape
-    if kind == "classifier":
-      np.testing.assert_allclose(cut_out, fixed_out, atol=1e-5)
-    else:  # per position: equal on the tokens, `fill` past each batch's cut
-      np.testing.assert_allclose(cut_out[mask], fixed_out[mask], atol=1e-5)
-      assert (cut_out[:3, 12:] == -7.0).all()
-      assert not (cut_out[:3, 9:12] == -7.0).any()  # computed, not filled
+  for fixed_out, by_length_out, in_order_out in zip(
+      tf.nest.flatten(fixed), tf.nest.flatten(by_length),
+      tf.nest.flatten(in_order)):
+    for cut_out in (by_length_out, in_order_out):
+      assert fixed_out.shape == cut_out.shape
+      if kind == "classifier":
+        np.testing.assert_allclose(cut_out, fixed_out, atol=1e-5)
+      else:  # per position: equal on the tokens
+        np.testing.assert_allclose(cut_out[mask], fixed_out[mask], atol=1e-5)
+    if kind != "classifier":  # `fill` past the cut of each example's batch
+      assert (by_length_out[[3, 2, 5], 4:] == -7.0).all()
+      assert (by_length_out[[0, 4, 1], 12:] == -7.0).all()
+      assert not (by_length_out[1, 9:12] == -7.0).any()  # computed
+      assert (in_order_out[:3, 12:] == -7.0).all()
+      assert not (in_order_out[:3, 9:12] == -7.0).any()
 
 
 def _losses(kind):

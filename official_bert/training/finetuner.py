@@ -223,7 +223,8 @@ class Finetuner(driver.Driver):
       self._predict_steps[key] = predict_step(
           self.model, inputs, self.pad_multiple, fill, self.remove_padding)
     return predict(self.model, inputs, batch_size,
-                   step=self._predict_steps[key])
+                   step=self._predict_steps[key],
+                   by_length=self.pad_multiple is not None)
 
   def write_eval_results(self, result):
     """eval_results.txt: `key = value` lines, sorted, as the original."""
@@ -260,18 +261,36 @@ def predict_step(model, inputs, multiple=None, fill=0.0, remove_padding=False):
   return step
 
 
-def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None):
+def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None,
+            by_length=None):
   """The model's outputs (numpy, float32; one array, or a dict of them as
   the model returns) on numpy encoder inputs; with `multiple`, each batch
-  padded only to its longest example (see `predict_step`)."""
+  padded only to its longest example (see `predict_step`).
+
+  `by_length` (default: with `multiple`): the examples are batched in order
+  of length, so a batch's longest is near each of its examples' length
+  (attention's work grows with its square); the outputs come back in the
+  inputs' order. Per-position outputs are `fill` past the cut of the batch
+  an example ran in."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  order = None
+  if by_length is None:
+    by_length = multiple is not None
+  if by_length:
+    order = np.argsort(inputs["input_mask"].sum(1), kind="stable")
+    inputs = {k: v[order] for k, v in inputs.items()}
   dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
   step = step or predict_step(model, inputs, multiple, fill)
   out = [tf.nest.map_structure(lambda t: t.numpy(), step(batch))
          for batch in dataset]
   if out:
-    return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *out)
+    out = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *out)
+    if order is not None:
+      unsorted = np.empty_like(order)
+      unsorted[order] = np.arange(len(order))
+      out = tf.nest.map_structure(lambda t: t[unsorted], out)
+    return out
   # No examples: empty arrays of the outputs' shapes.
   probe = {k: np.zeros((1,) + v.shape[1:], v.dtype) for k, v in inputs.items()}
   return tf.nest.map_structure(
