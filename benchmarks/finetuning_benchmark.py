@@ -208,6 +208,7 @@ def squad_task(work, tokenizer, collator, hf_dir):
   import torch  # pylint: disable=g-import-not-at-top
   from transformers import BertForQuestionAnswering  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_answers  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
   from tools import squad_task as squad_tool  # pylint: disable=g-import-not-at-top
   task = os.path.join(work, "squad")
@@ -259,7 +260,7 @@ def squad_task(work, tokenizer, collator, hf_dir):
       s, e = full.copy(), full.copy()
       s[:, :starts.shape[1]] = np.where(starts == -100, -1e4, starts)
       e[:, :ends.shape[1]] = np.where(ends == -100, -1e4, ends)
-      predictions, _, _ = squad.postprocess(
+      predictions, _, _ = squad_answers.postprocess(
           dev_examples, features["dev"], s.tolist(), e.tolist(),
           tokenizer.vocab)
       return predictions

@@ -25,7 +25,7 @@ candidates are the n_best_size best starts and ends of each window, a start
 at a piece whose window gives it the most context, at most
 max_answer_length pieces (`squad_windows.span_candidates`); the best start +
 end logit wins, the first listed on ties. Only mapping the span back to
-text differs (below): run_squad does it in Python (`squad.postprocess`,
+text differs (below): run_squad does it in Python (`squad_answers.postprocess`,
 `get_final_text`), the graph with the pieces' byte offsets.
 
 Limits (tested against predictions.json on SQuAD v2.0 sample questions):

@@ -13,7 +13,8 @@ tf.distribute strategy, mixed precision, XLA, --kernels, resume from
       --learning_rate=3e-5 --num_train_epochs=2.0 --max_seq_length=384 \\
       --doc_stride=128 --output_dir=/tmp/squad_base/
 
-Features, windows and predictions follow the original (tasks/squad.py).
+Features, windows and predictions follow the original (tasks/squad.py,
+squad_answers.py).
 Writes to --output_dir: ckpt-<step> (a rerun resumes), flags.json,
 bert_config.json, predictions.json, nbest_predictions.json, with
 --version_2_with_negative null_odds.json (null score minus best span score

@@ -168,6 +168,7 @@ def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path,
   from export import squad_serving  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import squad_answers  # pylint: disable=g-import-not-at-top
   seq, stride, query = 32, 8, 12
   path = tmp_path / "predict.json"
   path.write_text(json.dumps({"version": "1.1", "data": [{
@@ -183,7 +184,7 @@ def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path,
   keras.utils.set_random_seed(3)
   model = finetuning_models.BertSpanLabeler.from_bert_config(_config())
   logits = model(squad.feature_arrays(features), training=False)
-  predictions, _, _ = squad.postprocess(
+  predictions, _, _ = squad_answers.postprocess(
       examples, features, np.asarray(logits["start_logits"]).tolist(),
       np.asarray(logits["end_logits"]).tolist(), tokenizer.vocab,
       n_best_size=20, max_answer_length=max_answer_length)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from official_bert.tasks import squad
+from official_bert.tasks import squad_answers
 from official_bert.tasks import squad_metrics
 from tests import testing
 
@@ -45,7 +46,7 @@ def test_perfect_logits_recover_every_answer(tokenizer, max_seq_length,
   else:
     assert len(features) == len(examples)
   starts, ends = _perfect_logits(features)
-  predictions, nbest, null_odds = squad.postprocess(
+  predictions, nbest, null_odds = squad_answers.postprocess(
       examples, features, starts, ends, tokenizer.vocab,
       version_2_with_negative=True)
   with open(SAMPLE, encoding="utf-8") as f:
@@ -80,7 +81,7 @@ def test_an_answer_one_piece_longer_than_max_answer_length_is_not_returned():
   starts, ends = [-10.0] * len(tokens), [-10.0] * len(tokens)
   starts[3], starts[4] = 10.0, 5.0  # a, b
   ends[6], ends[5] = 10.0, 4.0      # d, c
-  predictions, nbest, _ = squad.postprocess(
+  predictions, nbest, _ = squad_answers.postprocess(
       [example], [feature], [starts], [ends], vocab, max_answer_length=3)
   assert predictions["q1"] == "b c d"
   texts = [entry["text"] for entry in nbest["q1"]]
@@ -90,12 +91,12 @@ def test_an_answer_one_piece_longer_than_max_answer_length_is_not_returned():
 
 def test_answer_text_through_get_final_text():
   # The pieces lack case, accents and the punctuation glued to words.
-  assert squad.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
-  assert squad.get_final_text("1895", "(1895-1943).", True) == "1895"
-  assert squad.get_final_text("cafe", "Café,", True) == "Café"
-  assert squad.get_final_text("smith", "Smith", False) == "Smith"
+  assert squad_answers.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
+  assert squad_answers.get_final_text("1895", "(1895-1943).", True) == "1895"
+  assert squad_answers.get_final_text("cafe", "Café,", True) == "Café"
+  assert squad_answers.get_final_text("smith", "Smith", False) == "Smith"
   # Cased model: no match when the case differs -> the whole original text.
-  assert squad.get_final_text("smith", "Smith's", False) == "Smith's"
+  assert squad_answers.get_final_text("smith", "Smith's", False) == "Smith's"
 
 
 def _original_max_context(spans, n):
@@ -190,7 +191,7 @@ def test_context_pieces_equal_the_tokenizer_and_point_into_the_text(tokenizer):
     tokens = [t.replace("##", "") for t in tokenizer.convert_ids_to_tokens(ids)]
     for span, token in zip(spans, tokens):
       # Same text but for case; accented words span their basic token.
-      assert span.lower() == token or token in squad.basic_tokenize(span)[0], (
+      assert span.lower() == token or token in squad_answers.basic_tokenize(span)[0], (
           span, token)
 
 

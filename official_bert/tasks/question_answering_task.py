@@ -2,8 +2,9 @@
 
 Reading the questions and cutting contexts into windows (tasks/squad.py, the
 original's algorithm), the model (`BertSpanLabeler`), the start/end loss,
-predictions.json (best-span decoding), eval_results.txt (the official
-evaluation, tasks/squad_metrics.py) and the best metric. The program builds
+predictions.json (best-span decoding, tasks/squad_answers.py),
+eval_results.txt (the official evaluation, tasks/squad_metrics.py) and the
+best metric. The program builds
 a `SquadConfig` from its flags; training/finetuner.py's `run_task` runs it:
 
     task = SquadTask(SquadConfig(train_file="train-v1.1.json",
@@ -20,6 +21,7 @@ import time
 from typing import Optional
 
 from official_bert.tasks import squad
+from official_bert.tasks import squad_answers
 from official_bert.tasks import squad_metrics
 
 
@@ -198,7 +200,7 @@ class SquadTask:
     # Padding positions get very low logits, so no span starts or ends
     # there (with fixed padding they are filtered out by the map instead).
     logits = predict(squad.feature_arrays(self.predict_features), fill=-1e4)
-    return squad.postprocess(
+    return squad_answers.postprocess(
         self.predict_examples, self.predict_features,
         logits["start_logits"].tolist(), logits["end_logits"].tolist(),
         self.tokenizer.vocab, n_best_size=config.n_best_size,
