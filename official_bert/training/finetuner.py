@@ -157,7 +157,7 @@ class Finetuner(driver.Driver):
                 lambda t: tf.gather(t, i), tensors))
       if multiple:
         data = data.map(lambda x, y: padding.cut_batch(x, y, multiple))
-      return data.prefetch(2)
+      return without_autotune(data.prefetch(2))
 
     after_loop = None
     if config.eval_every_steps and evaluate is not None:
@@ -235,6 +235,18 @@ class Finetuner(driver.Driver):
         result.items()) if isinstance(v, (int, float))), flush=True)
 
 
+def without_autotune(dataset):
+  """`dataset` without tf.data's autotuning. These pipelines have nothing
+  to tune (no parallel map, a fixed prefetch), and deleting an autotuned
+  iterator often waits ~2 s for its optimisation thread (measured on 2
+  cores, docs/performance.md): at the end of every prediction and training
+  run."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return dataset.with_options(options)
+
+
 def predict_step(model, inputs, multiple=None, fill=0.0, remove_padding=False):
   """A tf.function batch -> model outputs (training=False) for batches like
   `inputs` (numpy). With `multiple`, each batch is cut to its longest
@@ -280,7 +292,8 @@ def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None,
   if by_length:
     order = np.argsort(inputs["input_mask"].sum(1), kind="stable")
     inputs = {k: v[order] for k, v in inputs.items()}
-  dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
+  dataset = without_autotune(
+      tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size))
   step = step or predict_step(model, inputs, multiple, fill)
   out = [tf.nest.map_structure(lambda t: t.numpy(), step(batch))
          for batch in dataset]
