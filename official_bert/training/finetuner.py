@@ -222,9 +222,8 @@ class Finetuner(driver.Driver):
     if key not in self._predict_steps:
       self._predict_steps[key] = predict_step(
           self.model, inputs, self.pad_multiple, fill, self.remove_padding)
-    return predict(self.model, inputs, batch_size,
-                   step=self._predict_steps[key],
-                   by_length=self.pad_multiple is not None)
+    return predict(self.model, inputs, batch_size, self.pad_multiple,
+                   step=self._predict_steps[key])
 
   def write_eval_results(self, result):
     """eval_results.txt: `key = value` lines, sorted, as the original."""
