@@ -36,17 +36,20 @@ import sys
 import tensorflow
 from keras.src.wrappers import fixes
 print(int("sklearn" in sys.modules), int(fixes.sklearn is None))
+print(int("jax" in sys.modules))
 import sklearn.metrics
-print(int("sklearn" in sys.modules))
+import jax.numpy
+print(int("sklearn" in sys.modules), int("jax" in sys.modules))
 """
 
 
 @pytest.mark.parametrize("path", ["inherited", "CHILD_PATH"])
-def test_programs_start_tensorflow_without_scikit_learn(path):
+def test_programs_start_tensorflow_without_scikit_learn_and_jax(path):
   """tests/child_site: TensorFlow's start-up skips the ~1.2 s of Keras's
-  scikit-learn wrappers in every process a test starts (xdist's workers and
-  the programs: PYTHONPATH from conftest.py, or testing.CHILD_PATH where a
-  test sets its own), while scikit-learn still imports for seqeval."""
+  scikit-learn wrappers and TFLite's and Keras's JAX imports in every
+  process a test starts (xdist's workers and the programs: PYTHONPATH from
+  conftest.py, or testing.CHILD_PATH where a test sets its own), while
+  scikit-learn still imports for seqeval and JAX for the JAX backend."""
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   env = dict(os.environ)
@@ -55,4 +58,4 @@ def test_programs_start_tensorflow_without_scikit_learn(path):
   out = subprocess.run([sys.executable, "-c", _IMPORTS], cwd=testing.ROOT,
                        env=env, capture_output=True, text=True, timeout=300,
                        check=True).stdout.split()
-  assert out == ["0", "1", "1"]
+  assert out == ["0", "1", "0", "1", "1"]

@@ -1,35 +1,49 @@
 """Start-up of every Python process the tests run (conftest.py puts this
-folder on PYTHONPATH): Keras's scikit-learn wrappers do without scikit-learn.
+folder on PYTHONPATH): TensorFlow starts without two imports that only the
+test environment's extra packages cause.
 
-`import tensorflow` imports `keras.wrappers`, which imports scikit-learn
-(and SciPy) whenever it is installed: ~1.2 s of CPU in a ~4.5 s TensorFlow
-start-up, in each of the suite's hundreds of processes, on a 2-core CI
-machine. scikit-learn is here only because two test peers need it
-(seqeval, sentence-transformers); a user's `requirements.txt` install has
-none, so this is that user's start-up. Only the import made by
-`keras.src.wrappers` fails (Keras then sets `sklearn = None`, as without
-it); seqeval and sentence-transformers still import it.
+- `import tensorflow` imports `keras.wrappers`, which imports scikit-learn
+  (and SciPy) whenever it is installed: ~1.2 s of CPU in a ~4.5 s TensorFlow
+  start-up. scikit-learn is here only because two test peers need it
+  (seqeval, sentence-transformers).
+- `import tensorflow` imports JAX whenever it is installed, twice over:
+  `tensorflow.lite.python.util` (for TFLite's JAX converter) and Keras's
+  `keras.src.callbacks.orbax_checkpoint` (a monitoring shim): ~0.3-0.5 s
+  of CPU. JAX is here only for the model's JAX-backend tests.
+
+Each is paid in every one of the suite's hundreds of processes, on a 2-core
+CI machine. A user's `requirements.txt` install has neither package, so this
+is that user's start-up. Only the import made by that one module fails (it
+then carries on as without the package: Keras sets `sklearn = None`, TFLite
+`_jit = None`, the Orbax callback skips its shim); seqeval, sentence-transformers and Keras's JAX backend still
+import them.
 """
 
 import importlib.abc
 import sys
 
+# The package, and the modules whose import of it is refused.
+_REFUSED = {"sklearn": ("keras.src.wrappers",),
+            "jax": ("tensorflow.lite.python.util",
+                    "keras.src.callbacks.orbax_checkpoint")}
 
-class _NoSklearnForKerasWrappers(importlib.abc.MetaPathFinder):
+
+class _NoTestOnlyImportsInTensorFlowsStartUp(importlib.abc.MetaPathFinder):
 
   def find_spec(self, name, path=None, target=None):
-    if name != "sklearn":
+    importers = _REFUSED.get(name)
+    if importers is None:
       return None
     frame = sys._getframe(1)  # pylint: disable=protected-access
     while frame is not None:
       module = frame.f_globals.get("__name__", "")
       if not module.startswith(("importlib", "_frozen_importlib")):
-        if module.startswith("keras.src.wrappers"):
-          raise ImportError("scikit-learn is not imported for Keras's "
-                            "wrappers in the tests (tests/child_site)")
+        if module.startswith(importers):
+          raise ImportError(f"{name} is not imported for {module} in the "
+                            "tests (tests/child_site)")
         return None
       frame = frame.f_back
     return None
 
 
-sys.meta_path.insert(0, _NoSklearnForKerasWrappers())
+sys.meta_path.insert(0, _NoTestOnlyImportsInTensorFlowsStartUp())
