@@ -31,14 +31,28 @@ print(json.dumps({"requested": requested, "in_use": cpu_allocator.in_use(),
 """
 
 
+def _probes(*envs):
+  """Runs _PROBE once with each env (over an environment without TF_CPU_*
+  settings), all at once: a refused allocation waits ~10 s in BFC's retry
+  without using the CPU, so the others run meanwhile."""
+  procs = []
+  for env in envs:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("TF_CPU_")}
+    clean.update(env, PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
+    procs.append(subprocess.Popen(
+        [sys.executable, "-c", _PROBE], cwd=testing.ROOT, env=clean,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+  results = []
+  for proc in procs:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    results.append(json.loads(out.strip().splitlines()[-1]))
+  return results
+
+
 def _probe(env):
-  """Runs _PROBE with `env` over an environment without TF_CPU_* settings."""
-  clean = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPU_")}
-  clean.update(env, PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=testing.ROOT,
-                        env=clean, capture_output=True, text=True,
-                        timeout=300, check=True)
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return _probes(env)[0]
 
 
 @ONEDNN
@@ -51,22 +65,22 @@ def test_bfc_by_default_with_the_machines_memory_as_limit(onednn):
 
 @ONEDNN
 def test_the_users_choice_wins(onednn):
-  got = _probe({"TF_CPU_ALLOCATOR_USE_BFC": "false",
-                "TF_ENABLE_ONEDNN_OPTS": onednn})
-  assert not got["requested"] and not got["in_use"]
-  assert got["limit"] is None
-  got = _probe({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "4096",
-                "TF_ENABLE_ONEDNN_OPTS": onednn})
-  assert got["in_use"] and got["limit"] == "4096"
+  off, limit = _probes({"TF_CPU_ALLOCATOR_USE_BFC": "false",
+                        "TF_ENABLE_ONEDNN_OPTS": onednn},
+                       {"TF_CPU_BFC_MEM_LIMIT_IN_MB": "4096",
+                        "TF_ENABLE_ONEDNN_OPTS": onednn})
+  assert not off["requested"] and not off["in_use"]
+  assert off["limit"] is None
+  assert limit["in_use"] and limit["limit"] == "4096"
 
 
-@ONEDNN
-def test_in_use_agrees_with_the_allocators_behaviour(onednn):
+def test_in_use_agrees_with_the_allocators_behaviour():
   """BFC refuses a 100 MB buffer over a 64 MB limit; oneDNN's allocator and
-  TensorFlow's default ignore the limit. in_use() must say which ran."""
-  for bfc in ("true", "false"):
-    got = _probe({"TF_CPU_ALLOCATOR_USE_BFC": bfc,
-                  "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64",
-                  "TF_ENABLE_ONEDNN_OPTS": onednn})
-    assert got["refused"] == (bfc == "true"), got
-    assert got["in_use"] == got["refused"], got
+  TensorFlow's default ignore the limit. in_use() must say which ran (with
+  oneDNN off and on; the four probes run at once)."""
+  cases = [(onednn, bfc) for onednn in ("0", "1") for bfc in ("true", "false")]
+  for (onednn, bfc), got in zip(cases, _probes(*[
+      {"TF_CPU_ALLOCATOR_USE_BFC": bfc, "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64",
+       "TF_ENABLE_ONEDNN_OPTS": onednn} for onednn, bfc in cases])):
+    assert got["refused"] == (bfc == "true"), (onednn, got)
+    assert got["in_use"] == got["refused"], (onednn, got)
