@@ -44,10 +44,16 @@ def _probes(*envs):
         [sys.executable, "-c", _PROBE], cwd=testing.ROOT, env=clean,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   results = []
-  for proc in procs:
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
-    results.append(json.loads(out.strip().splitlines()[-1]))
+  try:
+    for proc in procs:
+      out, err = proc.communicate(timeout=300)
+      assert proc.returncode == 0, err[-3000:]
+      results.append(json.loads(out.strip().splitlines()[-1]))
+  finally:  # a failed or hung probe leaves no other probe running
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
   return results
 
 

@@ -13,10 +13,10 @@ test environment's extra packages cause.
 
 Each is paid in every one of the suite's hundreds of processes, on a 2-core
 CI machine. A user's `requirements.txt` install has neither package, so this
-is that user's start-up. Only the import made by that one module fails (it
+is that user's start-up. Only the imports made by those modules fail (each
 then carries on as without the package: Keras sets `sklearn = None`, TFLite
-`_jit = None`, the Orbax callback skips its shim); seqeval, sentence-transformers and Keras's JAX backend still
-import them.
+`_jit = None`, the Orbax callback skips its shim); seqeval,
+sentence-transformers and Keras's JAX backend still import them.
 """
 
 import importlib.abc
