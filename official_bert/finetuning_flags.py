@@ -33,6 +33,7 @@ from absl import flags
 from official_bert import cli
 from official_bert import tpu_flags
 from official_bert import trainer_flags
+from official_bert.training import cpu_allocator
 from official_bert.training import finetuner
 
 
@@ -184,7 +185,9 @@ def load_config_and_vocab(fv):
   """(BertConfig, FullTokenizer) of --bert_config_file and --vocab_file,
   checked against each other and --max_seq_length. Imports TensorFlow
   (`cli.start_tensorflow`: without its start-up lines), so the programs call
-  it after checking their data files."""
+  it after checking their data files. TensorFlow loads with its oneDNN
+  rewrites on (`cpu_allocator.use_onednn`) unless the user said otherwise."""
+  cpu_allocator.use_onednn()
   cli.start_tensorflow()
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top

@@ -90,3 +90,53 @@ def test_in_use_agrees_with_the_allocators_behaviour():
        "TF_ENABLE_ONEDNN_OPTS": onednn} for onednn, bfc in cases])):
     assert got["refused"] == (bfc == "true"), (onednn, got)
     assert got["in_use"] == got["refused"], (onednn, got)
+
+
+# ---- oneDNN's rewrites (fine-tuning turns them on) ----
+
+_ONEDNN_PROBE = """
+from official_bert.training import cpu_allocator
+requested = cpu_allocator.use_onednn()
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+print(requested, _pywrap_util_port.IsMklEnabled())
+"""
+
+
+def test_use_onednn_turns_the_rewrites_on_as_tensorflow_loads():
+  """Unset, TensorFlow loads with oneDNN on. Where TensorFlow would turn it
+  on anyway (Intel CPUs with AVX-512 VNNI) this cannot fail; on an AMD EPYC
+  with AVX2 it fails without `use_onednn` (measured: False)."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+  env.update(PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
+  out = subprocess.run([sys.executable, "-c", _ONEDNN_PROBE],
+                       cwd=testing.ROOT, env=env, capture_output=True,
+                       text=True, timeout=300, check=True).stdout
+  assert out.split() == ["True", "True"], out
+
+
+@pytest.mark.parametrize("user, requested", [(None, True), ("0", False),
+                                             ("false", False), ("1", True)])
+def test_the_users_own_onednn_setting_wins(monkeypatch, user, requested):
+  from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  if user is not None:
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", user)
+  assert cpu_allocator.use_onednn() is requested
+  assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == (user or "1")
+
+
+def test_the_fine_tuning_programs_ask_for_onednn_before_tensorflow(
+    monkeypatch, tmp_path):
+  """run_classifier, run_squad and run_ner load TensorFlow through
+  `load_config_and_vocab`; it sets the variable first."""
+  import types  # pylint: disable=g-import-not-at-top
+  from official_bert import finetuning_flags  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  config_file = str(tmp_path / "bert_config.json")
+  testing.tiny_config(vocab_size=30522).to_json_file(config_file)
+  finetuning_flags.load_config_and_vocab(types.SimpleNamespace(
+      bert_config_file=config_file, vocab_file=testing.VOCAB,
+      do_lower_case=True, max_seq_length=16))
+  assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"

@@ -1,4 +1,5 @@
-"""TensorFlow's BFC allocator for CPU memory, chosen before TensorFlow loads.
+"""TensorFlow's CPU runtime, chosen before TensorFlow loads: its BFC allocator
+for CPU memory, and (for fine-tuning) its oneDNN rewrites.
 
 TensorFlow's default CPU allocator hands every buffer back to `malloc` when
 its tensor dies. glibc serves a buffer of more than 32 MB with a fresh `mmap`
@@ -14,12 +15,21 @@ difference (docs/performance.md).
 The training programs call `use_bfc()` first thing in `main`, before
 TensorFlow is imported (TensorFlow reads the variable when it creates its CPU
 allocator). A user's own TF_CPU_ALLOCATOR_USE_BFC (e.g. `false`) wins.
+
+The fine-tuning programs also call `use_onednn()` before TensorFlow loads.
+TensorFlow turns its oneDNN rewrites on by itself only on some CPUs (Intel's
+with AVX-512 VNNI and newer); elsewhere, e.g. on an AMD EPYC with AVX2 only,
+a MatMul runs as Eigen's contraction over small oneDNN GEMM blocks, and the
+fine-tuning step on texts near 128 WordPieces was 1.2x slower than with the
+rewrites on (docs/performance.md, 2026-11-27). A user's own
+TF_ENABLE_ONEDNN_OPTS (e.g. `0`) wins.
 """
 
 import os
 
 ENV = "TF_CPU_ALLOCATOR_USE_BFC"
 LIMIT_ENV = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 
 
 def physical_memory_mb():
@@ -43,6 +53,14 @@ def use_bfc():
   if requested and ram:
     os.environ.setdefault(LIMIT_ENV, str(ram))
   return requested
+
+
+def use_onednn():
+  """Turns TensorFlow's oneDNN rewrites on unless the user set
+  TF_ENABLE_ONEDNN_OPTS; a no-op once TensorFlow has loaded (it reads the
+  variable as it loads). Returns whether they are requested."""
+  os.environ.setdefault(ONEDNN_ENV, "1")
+  return os.environ[ONEDNN_ENV].strip().lower() in ("1", "true")
 
 
 def in_use():
