@@ -32,6 +32,12 @@ LIMIT_ENV = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 
 
+def _says_on(name):
+  """Whether the environment variable `name` is "1" or "true" (either case,
+  spaces around allowed)."""
+  return os.environ.get(name, "").strip().lower() in ("1", "true")
+
+
 def physical_memory_mb():
   """This machine's RAM in MiB (None where sysconf cannot tell)."""
   try:
@@ -48,7 +54,7 @@ def use_bfc():
   the machine has. Returns whether BFC is requested.
   """
   os.environ.setdefault(ENV, "true")
-  requested = os.environ[ENV].strip().lower() in ("1", "true")
+  requested = _says_on(ENV)
   ram = physical_memory_mb()
   if requested and ram:
     os.environ.setdefault(LIMIT_ENV, str(ram))
@@ -60,7 +66,7 @@ def use_onednn():
   TF_ENABLE_ONEDNN_OPTS; a no-op once TensorFlow has loaded (it reads the
   variable as it loads). Returns whether they are requested."""
   os.environ.setdefault(ONEDNN_ENV, "1")
-  return os.environ[ONEDNN_ENV].strip().lower() in ("1", "true")
+  return _says_on(ONEDNN_ENV)
 
 
 def in_use():
@@ -85,5 +91,5 @@ def in_use():
   except ValueError:
     return False
   if _pywrap_util_port.IsMklEnabled():  # oneDNN on
-    return os.environ.get(ENV, "").strip().lower() in ("1", "true")
+    return _says_on(ENV)
   return True
