@@ -20,8 +20,8 @@ The fine-tuning programs also call `use_onednn()` before TensorFlow loads.
 TensorFlow turns its oneDNN rewrites on by itself only on some CPUs (Intel's
 with AVX-512 VNNI and newer); elsewhere, e.g. on an AMD EPYC with AVX2 only,
 a MatMul runs as Eigen's contraction over small oneDNN GEMM blocks, and the
-fine-tuning step on texts near 128 WordPieces was 1.2x slower than with the
-rewrites on (docs/performance.md, 2026-11-27). A user's own
+steady fine-tuning step on texts near 128 WordPieces was 1.2x slower than
+with the rewrites on (docs/performance.md, 2026-11-27). A user's own
 TF_ENABLE_ONEDNN_OPTS (e.g. `0`) wins.
 """
 
