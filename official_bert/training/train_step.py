@@ -15,7 +15,10 @@ What XLA compiles:
 - with a single replica (not on TPUs), the update (clipping and optimizer),
   which fuses its element-wise passes over all the weights; with several, the
   Keras optimizer synchronises replicas (`merge_call`), which a compiled
-  function cannot do;
+  function cannot do. Not an optimizer that updates with TensorFlow's fused
+  kernels (the original's AdamWeightDecay outside any strategy,
+  training/optimization.py): XLA has nothing left to fuse there and took
+  3-4 s to compile BERT's update;
 - with `jit_compile`, the forward and backward passes (one device per
   process).
 Which kernels the model itself runs is the model's own choice, made by the
@@ -42,9 +45,15 @@ def is_tpu(strategy):
   return isinstance(strategy, tf.distribute.TPUStrategy)
 
 
-def compiles_update(strategy):
+def compiles_update(strategy, optimizer=None):
   """Whether the update (clipping + optimizer) runs under XLA (see above)."""
-  return strategy.num_replicas_in_sync == 1 and not is_tpu(strategy)
+  if strategy.num_replicas_in_sync != 1 or is_tpu(strategy):
+    return False
+  fused_kernels = getattr(optimizer, "fused_kernels", None)
+  if fused_kernels is not None:
+    with strategy.scope():
+      return not fused_kernels()
+  return True
 
 
 def output_keys(model, loss_fn, metric_fn, element_spec):
@@ -163,7 +172,7 @@ def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
 
   if options.jit_compile:
     replica_grads = tf.function(replica_grads, jit_compile=True)
-  if compiles_update(strategy):
+  if compiles_update(strategy, optimizer):
     apply = tf.function(apply, jit_compile=True)
 
   # Autograph only for the tf.range loop: converting the model and the
