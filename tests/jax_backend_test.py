@@ -12,6 +12,9 @@ eagerly: its token count is data-dependent, which jax.jit cannot trace). The
 parent compares: the outputs within 1e-5, the gradients within 1e-5 of the
 largest, every weight changed by the step, the packed path's
 sequence_output equal to the padded one at the tokens and zero elsewhere.
+It also runs four steps of the original's AdamWeightDecay (its Python
+`update_step`: the fused kernels are TensorFlow's), which must match the
+transcription of google-research/bert's update.
 """
 
 import json
@@ -29,9 +32,17 @@ _FAST_COMPILE = ("--xla_backend_optimization_level=0 "
                  "--xla_llvm_disable_expensive_passes=true")
 
 
+ADAMW_STEPS = 4
+
+
 def _data():
   rng = np.random.default_rng(7)
+  adamw = {"adamw/kernel": rng.normal(size=(3, 5)),
+           "adamw/bias": rng.normal(size=(5,)),
+           "adamw/kernel_grads": rng.normal(size=(ADAMW_STEPS, 3, 5)) * 1e-2,
+           "adamw/bias_grads": rng.normal(size=(ADAMW_STEPS, 5)) * 1e-3}
   return {**testing.random_inputs(), "masked_lm_positions": POSITIONS,
+          **{k: v.astype(np.float32) for k, v in adamw.items()},
           "masked_lm_ids": rng.integers(0, testing.VOCAB_SIZE, (3, 4)),
           "masked_lm_weights": np.array([[1, 1, 1, 0], [1, 1, 1, 0],
                                          [1, 1, 1, 1]], np.float32),
@@ -114,6 +125,21 @@ def test_encoder_and_pretrainer_on_jax_match_tensorflow(tmp_path):
         err_msg=f"{kernels} remove_padding")
     np.testing.assert_allclose(got[f"{kernels}/packed_pooled_output"],
                                want["pooled_output"], rtol=1e-5, atol=1e-5)
+  # The original's optimizer on JAX: its `update_step`, no TensorFlow.
+  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  assert summary["adamw_fused_kernels"] is False
+  names = ("kernel", "bias")
+  schedule = optimization.WarmupLinearDecay(1e-2, ADAMW_STEPS, 1)
+  want_adamw = testing.original_adam_weight_decay(
+      {n: data[f"adamw/{n}"] for n in names},
+      [{n: data[f"adamw/{n}_grads"][s] for n in names}
+       for s in range(ADAMW_STEPS)],
+      [float(schedule(s)) for s in range(ADAMW_STEPS)], decayed={"kernel"})
+  for step, want_step in enumerate(want_adamw):
+    for n in names:
+      np.testing.assert_allclose(got[f"adamw/{n}_{step}"], want_step[n],
+                                 rtol=2e-6, atol=1e-7,
+                                 err_msg=f"{n} after step {step + 1}")
 
 
 def _child(workdir):
@@ -187,6 +213,19 @@ def _child(workdir):
             layer.kernels for layer in model._flatten_layers()  # pylint: disable=protected-access
             if hasattr(layer, "kernels")})}
     print(f"{kernels}: done", flush=True)
+  from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
+  dense = keras.layers.Dense(5)
+  dense.build((None, 3))
+  dense.kernel.assign(data["adamw/kernel"])
+  dense.bias.assign(data["adamw/bias"])
+  optimizer = optimization.create_optimizer("adamw", 1e-2, ADAMW_STEPS, 1)
+  summary["adamw_fused_kernels"] = optimizer.fused_kernels()
+  for step in range(ADAMW_STEPS):
+    optimizer.apply([data["adamw/kernel_grads"][step],
+                     data["adamw/bias_grads"][step]],
+                    [dense.kernel, dense.bias])
+    results[f"adamw/kernel_{step}"] = np.asarray(dense.kernel)
+    results[f"adamw/bias_{step}"] = np.asarray(dense.bias)
   # (keras.utils.set_random_seed would import TensorFlow: not called.)
   summary["tensorflow_imported"] = "tensorflow" in sys.modules
   np.savez(os.path.join(workdir, "jax_results.npz"), **results)

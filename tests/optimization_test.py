@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from official_bert.training import optimization
+from tests import testing
 
 
 def test_warmup_then_linear_decay_values():
@@ -29,28 +30,6 @@ def test_schedule_rejects_bad_steps():
     optimization.WarmupLinearDecay(1e-3, 10, -1)
   with pytest.raises(ValueError, match="num_train_steps"):
     optimization.WarmupLinearDecay(1e-3, 0)
-
-
-def _original_adam_weight_decay(params, grads_per_step, rates, decayed,
-                                weight_decay=0.01):
-  """google-research/bert's AdamWeightDecayOptimizer.apply_gradients,
-  transcribed from its published source into numpy: no bias correction,
-  epsilon 1e-6 outside the square root, decay added to the update."""
-  params = {k: v.astype(np.float64) for k, v in params.items()}
-  m = {k: np.zeros_like(v) for k, v in params.items()}
-  v = {k: np.zeros_like(p) for k, p in params.items()}
-  history = []
-  for grads, lr in zip(grads_per_step, rates):
-    for name, param in params.items():
-      grad = grads[name].astype(np.float64)
-      m[name] = 0.9 * m[name] + (1.0 - 0.9) * grad
-      v[name] = 0.999 * v[name] + (1.0 - 0.999) * np.square(grad)
-      update = m[name] / (np.sqrt(v[name]) + 1e-6)
-      if name in decayed:
-        update += weight_decay * param
-      params[name] = param - lr * update
-    history.append({k: p.copy() for k, p in params.items()})
-  return history
 
 
 @pytest.mark.parametrize("where", ["eager", "tf.function", "XLA",
@@ -82,7 +61,7 @@ def test_adamw_is_the_originals_update_step_by_step(where):
   grads = [{v.path: (rng.normal(size=v.shape) * 10.0 ** rng.integers(-4, 1)
                      ).astype("float32") for v in variables}
            for _ in range(steps)]
-  want = _original_adam_weight_decay(
+  want = testing.original_adam_weight_decay(
       start, grads, [float(schedule(i)) for i in range(steps)],
       decayed={"dense/kernel"})
 
@@ -154,7 +133,6 @@ def test_weight_decay_on_bert_follows_the_original_exclusions(name):
   import re  # pylint: disable=g-import-not-at-top
   from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
-  from tests import testing  # pylint: disable=g-import-not-at-top
   model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
   table = checkpoint_names.original_names(model)
   variables = model.trainable_variables

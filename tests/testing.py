@@ -52,6 +52,29 @@ def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
   return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
 
 
+def original_adam_weight_decay(params, grads_per_step, rates, decayed,
+                               weight_decay=0.01):
+  """google-research/bert's AdamWeightDecayOptimizer.apply_gradients,
+  transcribed from its published source into numpy: no bias correction,
+  epsilon 1e-6 outside the square root, decay added to the update."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  params = {k: v.astype(np.float64) for k, v in params.items()}
+  m = {k: np.zeros_like(v) for k, v in params.items()}
+  v = {k: np.zeros_like(p) for k, p in params.items()}
+  history = []
+  for grads, lr in zip(grads_per_step, rates):
+    for name, param in params.items():
+      grad = grads[name].astype(np.float64)
+      m[name] = 0.9 * m[name] + (1.0 - 0.9) * grad
+      v[name] = 0.999 * v[name] + (1.0 - 0.999) * np.square(grad)
+      update = m[name] / (np.sqrt(v[name]) + 1e-6)
+      if name in decayed:
+        update += weight_decay * param
+      params[name] = param - lr * update
+    history.append({k: p.copy() for k, p in params.items()})
+  return history
+
+
 def assert_pooler_kept_others_trained(before_prefix, after_prefix):
   """The encoder's pooler is in both training checkpoints and unchanged
   between them (a span or token head gives it no gradient: no update, no
