@@ -122,25 +122,34 @@ class AdamWeightDecay(keras.optimizers.AdamW):
       super()._backend_update_step(grads, trainable_variables, learning_rate)
       return
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    scalars = {}  # per dtype, made once: not ~5 constants per weight
     for grad, variable in zip(grads, trainable_variables):
       if isinstance(variable, keras.Variable):
         variable = variable.value
       index = self._get_variable_index(variable)
       dtype = variable.dtype
-      lr = tf.cast(learning_rate, dtype)
+      if dtype not in scalars:
+        lr = tf.cast(learning_rate, dtype)
+        scalars[dtype] = dict(
+            lr=lr, beta1_power=tf.zeros([], dtype),
+            beta2_power=tf.zeros([], dtype),
+            beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype)), lr * self.weight_decay
+      adam, decay_rate = scalars[dtype]
       # Dense, as the original's update makes a sparse gradient.
       grad = tf.cast(tf.convert_to_tensor(grad), dtype)
-      if self.weight_decay and self._use_weight_decay(variable):
+      if self._decays(variable):
         tf.raw_ops.ResourceApplyGradientDescent(
-            var=variable.handle, alpha=lr * self.weight_decay,
+            var=variable.handle, alpha=decay_rate,
             delta=variable.read_value())
-      zero = tf.zeros([], dtype)
       tf.raw_ops.ResourceApplyAdam(
           var=variable.handle, m=self._momentums[index].value.handle,
-          v=self._velocities[index].value.handle, beta1_power=zero,
-          beta2_power=zero, lr=lr, beta1=tf.cast(self.beta_1, dtype),
-          beta2=tf.cast(self.beta_2, dtype),
-          epsilon=tf.cast(self.epsilon, dtype), grad=grad)
+          v=self._velocities[index].value.handle, grad=grad, **adam)
+
+  def _decays(self, variable):
+    """Whether `variable` gets weight decay (not LayerNorm, not biases)."""
+    return bool(self.weight_decay) and self._use_weight_decay(variable)
 
   def update_step(self, gradient, variable, learning_rate):
     lr = keras.ops.cast(learning_rate, variable.dtype)
@@ -151,7 +160,7 @@ class AdamWeightDecay(keras.optimizers.AdamW):
     self.assign(v, self.beta_2 * v +
                 (1.0 - self.beta_2) * keras.ops.square(gradient))
     update = m / (keras.ops.sqrt(v) + self.epsilon)
-    if self.weight_decay and self._use_weight_decay(variable):
+    if self._decays(variable):
       update = update + self.weight_decay * variable
     self.assign_sub(variable, lr * update)
 
