@@ -167,7 +167,8 @@ def test_one_vs_two_replicas_and_accumulation_same_update(tmp_path):
 
 
 def _trainer(tmp_path, num_train_steps, loss_fn=pretrainer.pretraining_losses,
-             log=lambda _: None, seed=3):
+             log=lambda _: None, seed=3,
+             metric_fn=pretrainer.pretraining_metric_counts):
   import keras  # pylint: disable=g-import-not-at-top
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(seed)
@@ -178,7 +179,7 @@ def _trainer(tmp_path, num_train_steps, loss_fn=pretrainer.pretraining_losses,
       trainer_lib.TrainConfig(output_dir=str(tmp_path), num_train_steps=
                               num_train_steps, steps_per_loop=2,
                               save_checkpoints_steps=2),
-      metric_fn=pretrainer.pretraining_metric_counts, log=log)
+      metric_fn=metric_fn, log=log)
 
 
 def _dataset_fn(path):
@@ -278,6 +279,34 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path,
   assert "between steps 2 and 4" in str(error.value)
   assert "ckpt-2" in str(error.value)
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+
+def test_each_loss_and_metric_is_summed_over_the_loops_steps(tmp_path,
+                                                            records):
+  """The inner loop returns every key of loss_fn and metric_fn: losses
+  averaged over the loop's steps, metric sums summed (here a loop of 2
+  steps, the first run apart as the untimed warm-up). The values are
+  constants, each distinct, so a value under another key or a step counted
+  twice or not at all shows. Bugs caught: the metrics read from the losses'
+  place in the loop's flat row (their offset dropped); a step's row left out
+  of the sum."""
+  def loss_fn(labels, outputs):
+    losses = pretrainer.pretraining_losses(labels, outputs)
+    return {"loss": losses["loss"], "aux_loss": tf.constant(2.5)}
+
+  def metric_fn(labels, outputs):
+    del labels, outputs
+    return {"a_correct": tf.constant(3.0), "a_total": tf.constant(4.0),
+            "z_count": tf.constant(5.0)}
+
+  t = _trainer(tmp_path, 4, loss_fn=loss_fn, metric_fn=metric_fn)
+  result = t.train(_dataset_fn(records), global_batch_size=4)
+  assert result.step == 4 and len(result.history) == 2, result
+  for loop in result.history:
+    assert loop["aux_loss"] == pytest.approx(2.5), loop
+    assert loop["a_accuracy"] == pytest.approx(0.75), loop
+    assert loop["z_count"] == pytest.approx(10.0), loop
+    assert 0.5 < loop["loss"] < 20, loop
 
 
 def test_accuracies_divides_counts():

@@ -56,35 +56,6 @@ def compiles_update(strategy, optimizer=None):
   return True
 
 
-def output_keys(model, loss_fn, metric_fn, element_spec):
-  """loss_fn's and metric_fn's keys, found by tracing them on a symbolic batch.
-
-  `element_spec` is one replica's (inputs, labels) spec. Returns two sorted
-  lists, (loss keys, metric keys).
-  """
-  inputs_spec, labels_spec = element_spec
-  keys = {}
-
-  @tf.function(autograph=False)
-  def probe(inputs, labels):
-    outputs = model(inputs, training=False)
-    keys["loss"] = sorted(loss_fn(labels, outputs))
-    keys["metric"] = sorted(metric_fn(labels, outputs))
-    return 0
-
-  probe.get_concrete_function(inputs_spec, labels_spec)
-  return keys["loss"], keys["metric"]
-
-
-def local_spec(spec):
-  """A distributed dataset's per-replica spec -> one replica's batch spec."""
-  def one(s):
-    if hasattr(s, "_value_specs"):  # PerReplicaSpec
-      s = s._value_specs[0]  # pylint: disable=protected-access
-    return tf.TensorSpec(s.shape, s.dtype)
-  return tf.nest.map_structure(one, spec)
-
-
 def replica_gradients(model, optimizer, losses_and_metrics, batches,
                       num_replicas, remove_padding=False):
   """Per replica: summed gradients and losses/metrics of the micro-batches.
@@ -138,19 +109,18 @@ def clip_and_apply(optimizer, grads, variables, max_grad_norm):
 
 
 def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
-                    options, keys, transform_gradients=None):
+                    options, transform_gradients=None):
   """The inner loop: `train_loop(iterator, num_steps) -> (losses, metrics)`.
 
-  A `tf.function` that runs `num_steps` steps (each taking
+  A `tf.function` that runs `num_steps` (>= 1) steps (each taking
   `options.gradient_accumulation_steps` batches from `iterator`), adds 1 to
   the `step` variable per step and returns the per-step mean losses summed
-  over the steps and the metric sums. `keys` are `output_keys(...)`.
+  over the steps and the metric sums.
   `transform_gradients(grads, variables, step) -> grads`, when given, edits
   the all-reduced gradients before clipping (the step counts from 0).
   """
   accumulation = options.gradient_accumulation_steps
   num_replicas = strategy.num_replicas_in_sync
-  loss_keys, metric_keys = keys
 
   def losses_and_metrics(labels, outputs):
     return loss_fn(labels, outputs), metric_fn(labels, outputs)
@@ -194,18 +164,31 @@ def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
     return {k: strategy.reduce(op, v, axis=None)
             for k, v in per_replica.items()}
 
+  keys = {}
+
+  @tf.autograph.experimental.do_not_convert
+  def one_row(step_losses, step_metrics):
+    keys["loss"], keys["metric"] = sorted(step_losses), sorted(step_metrics)
+    return tf.stack([tf.cast(step_losses[k], tf.float32) for k in keys["loss"]]
+                    + [tf.cast(step_metrics[k], tf.float32)
+                       for k in keys["metric"]])
+
   @tf.function
   def train_loop(iterator, num_steps):
-    losses = {k: tf.zeros(()) for k in loss_keys}
-    metrics = {k: tf.zeros(()) for k in metric_keys}
-    for _ in tf.range(num_steps):
+    # A step's losses and metrics go to one row of a TensorArray (in the
+    # order of `keys`): their keys are known once the loop's body is traced,
+    # so nothing traces the model beforehand to find them.
+    rows = tf.TensorArray(tf.float32, size=num_steps, infer_shape=False)
+    for i in tf.range(num_steps):
       batches = [next(iterator) for _ in range(accumulation)]
       step_losses, step_metrics = strategy.run(replica_step, args=(batches,))
-      step_losses = reduce(step_losses, tf.distribute.ReduceOp.MEAN)
-      step_metrics = reduce(step_metrics, tf.distribute.ReduceOp.SUM)
-      losses = {k: losses[k] + step_losses[k] for k in losses}
-      metrics = {k: metrics[k] + step_metrics[k] for k in metrics}
+      rows = rows.write(i, one_row(
+          reduce(step_losses, tf.distribute.ReduceOp.MEAN),
+          reduce(step_metrics, tf.distribute.ReduceOp.SUM)))
       step.assign_add(1)
-    return losses, metrics
+    sums = tf.unstack(tf.reduce_sum(rows.stack(), axis=0),
+                      num=len(keys["loss"]) + len(keys["metric"]))
+    return (dict(zip(keys["loss"], sums)),
+            dict(zip(keys["metric"], sums[len(keys["loss"]):])))
 
   return train_loop

@@ -262,15 +262,12 @@ class Trainer:
     dataset = self.strategy.distribute_datasets_from_function(
         skipping_dataset_fn)
     if self._train_loop is None:  # a second train() call does not retrace
-      keys = train_step.output_keys(
-          self.model, self.loss_fn, self.metric_fn,
-          train_step.local_spec(dataset.element_spec))
       self._train_loop = train_step.make_train_loop(
           self.strategy, self.model, self.optimizer, self.loss_fn,
           self.metric_fn, self.step, train_step.StepOptions(
               self.config.gradient_accumulation_steps,
               self.config.max_grad_norm, self.config.jit_compile,
-              self.config.remove_padding), keys,
+              self.config.remove_padding),
           transform_gradients=self.transform_gradients)
     return iter(dataset)
 
