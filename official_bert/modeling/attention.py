@@ -78,7 +78,7 @@ class SelfAttention(keras.layers.Layer):
 
   def _split_heads(self, x):
     # [B, T, H] -> [B, T, N, D]
-    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    batch, length = ops.shape(x)[:2]
     return ops.reshape(x, (batch, length, self.num_attention_heads,
                            self.head_size))
 
@@ -94,7 +94,7 @@ class SelfAttention(keras.layers.Layer):
 
   def _call_packed(self, x, mask, packing, training, query_inputs=None):
     tokens, slots = packing
-    batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
+    batch, length = ops.shape(mask)
     queries = x if query_inputs is None else query_inputs
 
     def heads(rows, perm):
@@ -142,7 +142,7 @@ class SelfAttention(keras.layers.Layer):
     probs = self._probabilities(scores, mask, training)
     # [B, N, T, S] x [B, S, N, D] -> [B, T, N, D] -> [B, T, H]
     context = ops.einsum("bnts,bsnd->btnd", probs, value)
-    batch, length = ops.shape(query)[0], ops.shape(query)[1]
+    batch, length = ops.shape(query)[:2]
     context = ops.reshape(context, (batch, length, self.hidden_size))
     return self.output_dense(context)
 

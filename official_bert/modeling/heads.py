@@ -72,7 +72,7 @@ class MaskedLMHead(keras.layers.Layer):
     # batched [B, P, H] x [H, V] product's gradient builds a [B, H, V]
     # per-sequence copy of the table's gradient before summing it.
     table = ops.cast(self.embedding_table, self.compute_dtype)
-    batch, num_positions = ops.shape(x)[0], ops.shape(x)[1]
+    batch, num_positions = ops.shape(x)[:2]
     logits = kernels_lib.mlm_logits(ops.reshape(x, (-1, self.hidden_size)),
                                     table, self.output_bias, self.kernels)
     return ops.reshape(logits, (batch, num_positions, self.vocab_size))

@@ -51,20 +51,22 @@ def unpack(packed, slots, mask, zero_padding=True):
   token's row: for a caller that masks them anyway (attention's keys get the
   -10000 bias), which saves copying `packed` to append the zero row.
   """
+  # One shape op per tensor (each call is a Shape op and a slice per
+  # unknown axis in a traced graph).
+  count, width = ops.shape(packed)
   if zero_padding:
-    zeros = ops.zeros((1, ops.shape(packed)[-1]), packed.dtype)
+    zeros = ops.zeros((1, width), packed.dtype)
     rows = ops.take(ops.concatenate([packed, zeros], axis=0), slots, axis=0)
   else:
-    last = ops.shape(packed)[0] - 1
-    rows = ops.take(packed, ops.minimum(slots, last), axis=0)
-  batch, length = ops.shape(mask)[0], ops.shape(mask)[1]
-  return ops.reshape(rows, (batch, length, ops.shape(packed)[-1]))
+    rows = ops.take(packed, ops.minimum(slots, count - 1), axis=0)
+  batch, length = ops.shape(mask)
+  return ops.reshape(rows, (batch, length, width))
 
 
 def gather_packed(packed, packing, mask, positions):
   """[N, D] -> [B, P, D]: the packed rows of int [B, P] `positions` (in the
   [B, T] layout of `mask`; each must be a token, e.g. [CLS] at 0)."""
   # Each position's packed row, read from `slots` laid out [B, T, 1].
-  slots = ops.reshape(packing[1], (ops.shape(mask)[0], ops.shape(mask)[1], 1))
+  slots = ops.reshape(packing[1], tuple(ops.shape(mask)) + (1,))
   rows = positions_lib.gather_positions(slots, positions)[:, :, 0]  # [B, P]
   return ops.take(packed, rows, axis=0)
