@@ -231,7 +231,7 @@ def test_sum_rows_is_the_sum_over_leading_axes(shape, dtype):
 
 def test_custom_gradient_passes_the_upstream_gradient():
 
-  @kernels._custom_gradient  # pylint: disable=protected-access
+  @kernels.custom_gradient
   def cube(x, y):
     # Deliberately not the true gradient of x**3 * y: shows it is used.
     return x ** 3 * y, lambda upstream: (upstream * 10.0, upstream * -1.0)

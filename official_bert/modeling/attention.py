@@ -93,7 +93,6 @@ class SelfAttention(keras.layers.Layer):
     return self._attend(query, key, value, mask, training)
 
   def _call_packed(self, x, mask, packing, training, query_inputs=None):
-    tokens, slots = packing
     batch, length = ops.shape(mask)
     queries = x if query_inputs is None else query_inputs
 
@@ -101,7 +100,8 @@ class SelfAttention(keras.layers.Layer):
       # [N, H] -> [B, T, H] -> [B, T, N, D] -> `perm`. Padding rows hold
       # some token's values: as keys they get the -10000 bias (zero weight),
       # as queries their context is dropped by the final `pack`.
-      rows = packing_lib.unpack(rows, slots, mask, zero_padding=False)
+      rows = packing_lib.unpack(rows, packing, mask, zero_padding=False,
+                                kernels=self.kernels)
       return ops.transpose(self._split_heads(rows), perm)
 
     # 1/sqrt(D) on the query, not a pass over the [B, N, T, S] scores: in
@@ -133,7 +133,8 @@ class SelfAttention(keras.layers.Layer):
                                       self.hidden_size))
       return self.output_dense(context)
     context = ops.reshape(context, (batch, length, self.hidden_size))
-    return self.output_dense(packing_lib.pack(context, tokens))
+    return self.output_dense(packing_lib.pack(context, packing,
+                                              kernels=self.kernels))
 
   def _attend(self, query, key, value, mask, training):
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.

@@ -164,7 +164,8 @@ class BertEncoder(keras.Model):
     packing = None
     if remove_padding:
       packing = packing_lib.pack_indices(mask)
-      x = packing_lib.pack(x, packing[0])  # [B, T, H] -> [N, H]
+      # [B, T, H] -> [N, H]
+      x = packing_lib.pack(x, packing, kernels=self.kernels)
     layer_outputs = []
     for i, block in enumerate(blocks):
       positions = last_positions if i == len(blocks) - 1 else None
@@ -177,7 +178,8 @@ class BertEncoder(keras.Model):
       # [B, 1 + P, H] already.
       packed = layer_outputs if last_positions is None else layer_outputs[:-1]
       layer_outputs[:len(packed)] = [
-          packing_lib.unpack(output, packing[1], mask) for output in packed]
+          packing_lib.unpack(output, packing, mask, kernels=self.kernels)
+          for output in packed]
       x = layer_outputs[-1]
     # [B, H]: the [CLS] position of the last block.
     pooled = self.pooler(x[:, 0, :])

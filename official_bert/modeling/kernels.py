@@ -104,7 +104,7 @@ def activation(name, kernels):
   return activations.get(name)
 
 
-def _custom_gradient(forward):
+def custom_gradient(forward):
   """`keras.ops.custom_gradient` with one calling convention for the gradient.
 
   `forward(*inputs)` returns `(outputs, grad)` and `grad(upstream)` returns
@@ -126,7 +126,7 @@ def _custom_gradient(forward):
   return wrapped
 
 
-@_custom_gradient
+@custom_gradient
 def fast_gelu(x):
   """GELU with the gradient Phi(x) + x * phi(x), reusing the forward's Phi(x)."""
   cdf = 0.5 * ops.erfc(x * -_SQRT_HALF)  # Phi(x), accurate in the left tail
@@ -188,7 +188,7 @@ def inference_column_blocks(intermediate_size):
   return 1
 
 
-@_custom_gradient
+@custom_gradient
 def _fast_gelu_feed_forward(x, w1, b1, w2, b2):
   """GELU(x w1 + b1) w2 + b2 for x [N, H], with the gradient written out.
 
@@ -244,7 +244,7 @@ def _fast_layer_norm(x, gamma, beta, epsilon):
       dgamma = sum(g * xhat),    dbeta = sum(g)
   """
 
-  @_custom_gradient
+  @custom_gradient
   def normalize(x, gamma, beta):
     mean = ops.mean(x, axis=-1, keepdims=True)
     centered = x - mean
@@ -277,7 +277,7 @@ def mlm_logits(x, table, bias, kernels):
                    ops.cast(bias, "float32"))
 
 
-@_custom_gradient
+@custom_gradient
 def _scores(x, table):
   """x table^T, the table's gradient as g^T x: autodiff computes it as
   [H, V] and then transposes it, an extra pass over a [V, H] array."""
@@ -288,7 +288,7 @@ def _scores(x, table):
   return ops.matmul(x, ops.transpose(table)), grad
 
 
-@_custom_gradient
+@custom_gradient
 def _add_bias(logits, bias):
   """[N, V] + [V], the bias's gradient summed as a matmul (`sum_rows`)."""
   return logits + bias, lambda upstream: (upstream, sum_rows(upstream))

@@ -9,14 +9,22 @@ This is the "remove padding" of NVIDIA FasterTransformer (the "effective
 transformer"); here it is gathers in keras.ops (attention gathers q, k
 and v into [B, T] and its context back).
 
-    tokens, slots = pack_indices(mask)      # [N], [B * T]
-    packed = pack(x, tokens)                # [B, T, H] -> [N, H]
-    padded = unpack(packed, slots, mask)    # [N, H] -> [B, T, H], 0 at padding
-    rows = gather_packed(packed, (tokens, slots), mask, positions)  # [B, P, H]
+    packing = pack_indices(mask)             # ([N], [B * T])
+    packed = pack(x, packing)                # [B, T, H] -> [N, H]
+    padded = unpack(packed, packing, mask)   # [N, H] -> [B, T, H], 0 at padding
+    rows = gather_packed(packed, packing, mask, positions)  # [B, P, H]
+
+`pack` and `unpack` take the model's `kernels` (see kernels.py). The gradient
+of a gather is a scatter-add, which TensorFlow runs on CPU as an
+UnsortedSegmentSum at several times a gather's cost. With kernels="fast"
+each one's gradient is the other's gather instead: the two are inverse
+permutations on the token positions, so the values are the same (see
+`unpack` for the one condition on padding).
 """
 
 from keras import ops
 
+from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import positions as positions_lib
 
 
@@ -39,27 +47,65 @@ def pack_indices(mask):
   return tokens, ops.cast(slots, "int32")
 
 
-def pack(x, tokens):
-  """[B, T, D] -> [N, D]: the rows at the token positions."""
-  return ops.take(ops.reshape(x, (-1, ops.shape(x)[-1])), tokens, axis=0)
+def _with_zero_row(rows):
+  """[N, D] -> [N + 1, D]: a row of zeros appended (where `slots` points
+  padding)."""
+  return ops.concatenate([rows, ops.zeros((1, ops.shape(rows)[1]),
+                                          rows.dtype)], axis=0)
 
 
-def unpack(packed, slots, mask, zero_padding=True):
+def pack(x, packing, kernels="keras"):
+  """[B, T, D] -> [N, D]: the rows at the token positions.
+
+  With kernels="fast" the gradient, [B * T, D] with zeros at padding, is
+  the upstream gradient gathered through `slots` (it is `unpack`'s value).
+  """
+  tokens, slots = packing
+  rows = ops.reshape(x, (-1, ops.shape(x)[-1]))  # [B * T, D]
+  if kernels_lib.check(kernels) != "fast":
+    return ops.take(rows, tokens, axis=0)
+
+  @kernels_lib.custom_gradient
+  def take(rows):
+    return (ops.take(rows, tokens, axis=0),
+            lambda upstream: ops.take(_with_zero_row(upstream), slots, axis=0))
+
+  return take(rows)
+
+
+def unpack(packed, packing, mask, zero_padding=True, kernels="keras"):
   """[N, D] -> [B, T, D] laid out as `mask` ([B, T]).
 
   Padding positions get zeros, or with `zero_padding=False` a copy of some
   token's row: for a caller that masks them anyway (attention's keys get the
   -10000 bias), which saves copying `packed` to append the zero row.
+
+  With kernels="fast" the gradient is the upstream gradient at the token
+  positions (a gather through `tokens`: `pack`'s value). With zeros at
+  padding that is the exact gradient. With `zero_padding=False` it leaves
+  out what reaches the padding positions' copies, so the caller must give
+  them none: attention does (a key at -10000 has probability exactly 0 in
+  float32, so its key and value get gradient 0, and a padding query's
+  context is dropped by `pack`).
   """
+  tokens, slots = packing
   # One shape op per tensor (each call is a Shape op and a slice per
   # unknown axis in a traced graph).
   count, width = ops.shape(packed)
-  if zero_padding:
-    zeros = ops.zeros((1, width), packed.dtype)
-    rows = ops.take(ops.concatenate([packed, zeros], axis=0), slots, axis=0)
-  else:
-    rows = ops.take(packed, ops.minimum(slots, count - 1), axis=0)
   batch, length = ops.shape(mask)
+
+  def spread(packed):  # [N, D] -> [B * T, D]
+    if zero_padding:
+      return ops.take(_with_zero_row(packed), slots, axis=0)
+    return ops.take(packed, ops.minimum(slots, count - 1), axis=0)
+
+  if kernels_lib.check(kernels) == "fast":
+    rows = kernels_lib.custom_gradient(
+        lambda packed: (spread(packed),
+                        lambda upstream: ops.take(upstream, tokens, axis=0))
+    )(packed)
+  else:
+    rows = spread(packed)
   return ops.reshape(rows, (batch, length, width))
 
 
