@@ -90,6 +90,40 @@ def test_keras_kernels_draw_the_same_mask(jit_compile):
       outputs[1], keras.layers.Dropout(0.3, seed=9)(x, training=True).numpy())
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_unknown_last_axis_gets_the_16_bit_draws(jit_compile):
+  # Attention's probabilities in a graph traced for any padded length: the
+  # last axis is unknown when the layer is called. Its mask is the 16-bit
+  # draws too (kept at the rounded rate, no float32 draw per element), the
+  # same with either kernels, and differs from call to call.
+  x = tf.fill((64, 4, 7, 33), 3.0)  # 59136 elements, 33: not whole rows of 16
+  spec = tf.TensorSpec((None, 4, None, None), tf.float32)
+  outputs = []
+  for kernels in ("fast", "keras"):
+    layer = dropout.Dropout(0.3, seed=11, kernels=kernels)
+
+    @tf.function(input_signature=[spec], jit_compile=jit_compile)
+    def step(x, layer=layer):
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+        total = tf.reduce_sum(y * 2.0)
+      return y, tape.gradient(total, x)
+
+    y, grad = (t.numpy() for t in step(x))
+    assert y.shape == x.shape
+    assert abs(np.mean(y == 0) - 0.3) < 0.012  # ~6 sigma
+    np.testing.assert_allclose(y[y != 0], 3.0 / (1 - 19661 / 65536),
+                               rtol=1e-6)
+    np.testing.assert_allclose(grad, 2.0 * y / 3.0, rtol=1e-6)
+    assert not np.array_equal(y, step(x)[0].numpy())
+    outputs.append(y)
+  np.testing.assert_array_equal(outputs[0], outputs[1])
+  traced = step.get_concrete_function().graph.get_operations()
+  assert not [op.type for op in traced if op.type.startswith(
+      "StatelessRandomUniform") and not op.type.endswith("IntV2")]
+
+
 def test_mixed_precision_dtype():
   layer = _fast(0.1, seed=5, dtype="mixed_bfloat16")
   y = layer(tf.ones((4, 32), tf.bfloat16), training=True)

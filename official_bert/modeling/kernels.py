@@ -315,7 +315,9 @@ def dropout(x, rate, seed, kernels):
   ops that any backend and XLA device compiles. Both give the same mask from
   the same seed. Keras's own `keras.random.dropout` draws a float32 per
   element, twice the random bits (under XLA the larger part of dropout's
-  cost); a last axis of unknown length gets it.
+  cost). A last axis of unknown length (attention's probabilities in a
+  graph traced for batches padded to different lengths) has the draws made
+  for x flattened, in rows of 16 elements.
 
   Args:
     x: the tensor (training mode; the caller skips inference and rate 0).
@@ -323,14 +325,28 @@ def dropout(x, rate, seed, kernels):
     seed: a `keras.random.SeedGenerator` (the layer's).
     kernels: "fast" or "keras".
   """
-  last = x.shape[-1] if len(x.shape) else None
-  if last is None:
+  if not x.shape:
     return keras.random.dropout(x, rate, seed=seed)
   threshold = round(rate * _LEVELS)
   if threshold >= _LEVELS:
     return ops.zeros_like(x)
+  last = x.shape[-1]
+  if last is None:
+    # x flattened, its draws in rows of 16 elements (a static last axis).
+    count = ops.size(x)
+    keep = _keep(((count + 15) // 16,), 16, threshold, seed, kernels)
+    keep = ops.reshape(ops.reshape(keep, (-1,))[:count], ops.shape(x))
+  else:
+    keep = _keep(tuple(ops.shape(x)[:-1]), last, threshold, seed, kernels)
+  scale = _LEVELS / (_LEVELS - threshold)
+  factors = ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
+  return x * factors
+
+
+def _keep(leading, last, threshold, seed, kernels):
+  """Bool `leading + (last,)`: each element kept with probability
+  1 - threshold / 65536 (static `last`; see `dropout`)."""
   pairs = (last + 1) // 2
-  leading = tuple(ops.shape(x)[:-1])
   bits = keras.random.randint(leading + (pairs,), -2**31, 2**31 - 1,
                               dtype="int32", seed=seed)
   bound = threshold - _LEVELS // 2  # on the signed halves
@@ -345,9 +361,7 @@ def dropout(x, rate, seed, kernels):
                        leading + (2 * pairs,))
   if 2 * pairs != last:
     keep = keep[..., :last]
-  scale = _LEVELS / (_LEVELS - threshold)
-  factors = ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
-  return x * factors
+  return keep
 
 
 # ------------------------------------------------------------ helpers ----
