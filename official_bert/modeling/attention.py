@@ -97,12 +97,14 @@ class SelfAttention(keras.layers.Layer):
     queries = x if query_inputs is None else query_inputs
 
     def heads(rows, perm):
-      # [N, H] -> [B, T, H] -> [B, T, N, D] -> `perm`. Padding rows hold
+      # [N, H] -> [B * T, H] -> [B, T, N, D] -> `perm`. Padding rows hold
       # some token's values: as keys they get the -10000 bias (zero weight),
       # as queries their context is dropped by the final `pack`.
-      rows = packing_lib.unpack(rows, packing, mask, zero_padding=False,
+      rows = packing_lib.spread(rows, packing, zero_padding=False,
                                 kernels=self.kernels)
-      return ops.transpose(self._split_heads(rows), perm)
+      return ops.transpose(ops.reshape(rows, (batch, length,
+                                              self.num_attention_heads,
+                                              self.head_size)), perm)
 
     # 1/sqrt(D) on the query, not a pass over the [B, N, T, S] scores: in
     # training folded into its kernel and bias (H x H products, fewer than

@@ -12,9 +12,10 @@ and v into [B, T] and its context back).
     packing = pack_indices(mask)             # ([N], [B * T])
     packed = pack(x, packing)                # [B, T, H] -> [N, H]
     padded = unpack(packed, packing, mask)   # [N, H] -> [B, T, H], 0 at padding
+    rows = spread(packed, packing)           # the same, [B * T, H]
     rows = gather_packed(packed, packing, mask, positions)  # [B, P, H]
 
-`pack` and `unpack` take the model's `kernels` (see kernels.py). The gradient
+`pack`, `unpack` and `spread` take the model's `kernels` (see kernels.py). The gradient
 of a gather is a scatter-add, which TensorFlow runs on CPU as an
 UnsortedSegmentSum at several times a gather's cost. With kernels="fast"
 each one's gradient is the other's gather instead: the two are inverse
@@ -88,25 +89,30 @@ def unpack(packed, packing, mask, zero_padding=True, kernels="keras"):
   float32, so its key and value get gradient 0, and a padding query's
   context is dropped by `pack`).
   """
-  tokens, slots = packing
   # One shape op per tensor (each call is a Shape op and a slice per
   # unknown axis in a traced graph).
-  count, width = ops.shape(packed)
   batch, length = ops.shape(mask)
+  rows = spread(packed, packing, zero_padding, kernels)
+  return ops.reshape(rows, (batch, length, ops.shape(packed)[-1]))
 
-  def spread(packed):  # [N, D] -> [B * T, D]
+
+def spread(packed, packing, zero_padding=True, kernels="keras"):
+  """`unpack` flat: [N, D] -> [B * T, D], for a caller that reshapes it
+  itself (attention, to [B, T, heads, D] with the shape it already has)."""
+  tokens, slots = packing
+
+  def rows(packed):
     if zero_padding:
       return ops.take(_with_zero_row(packed), slots, axis=0)
+    count = ops.shape(packed)[0]
     return ops.take(packed, ops.minimum(slots, count - 1), axis=0)
 
   if kernels_lib.check(kernels) == "fast":
-    rows = kernels_lib.custom_gradient(
-        lambda packed: (spread(packed),
+    return kernels_lib.custom_gradient(
+        lambda packed: (rows(packed),
                         lambda upstream: ops.take(upstream, tokens, axis=0))
     )(packed)
-  else:
-    rows = spread(packed)
-  return ops.reshape(rows, (batch, length, width))
+  return rows(packed)
 
 
 def gather_packed(packed, packing, mask, positions):
