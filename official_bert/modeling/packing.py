@@ -15,12 +15,12 @@ and v into [B, T] and its context back).
     rows = spread(packed, packing)           # the same, [B * T, H]
     rows = gather_packed(packed, packing, mask, positions)  # [B, P, H]
 
-`pack`, `unpack` and `spread` take the model's `kernels` (see kernels.py). The gradient
-of a gather is a scatter-add, which TensorFlow runs on CPU as an
-UnsortedSegmentSum at several times a gather's cost. With kernels="fast"
-each one's gradient is the other's gather instead: the two are inverse
-permutations on the token positions, so the values are the same (see
-`unpack` for the one condition on padding).
+`pack`, `unpack` and `spread` take the model's `kernels` (see kernels.py).
+The gradient of a gather is a scatter-add, which TensorFlow runs on CPU as
+an UnsortedSegmentSum at several times a gather's cost. With
+kernels="fast" each one's gradient is the other's gather instead: the two
+are inverse permutations on the token positions, so the values are the
+same (see `unpack` for the one condition on padding).
 """
 
 from keras import ops
