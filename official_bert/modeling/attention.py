@@ -76,9 +76,9 @@ class SelfAttention(keras.layers.Layer):
                                    dtype=self.dtype_policy)
     self.built = True
 
-  def _split_heads(self, x):
-    # [B, T, H] -> [B, T, N, D]
-    batch, length = ops.shape(x)[:2]
+  def _split_heads(self, x, dims=None):
+    # [B, T, H] -> [B, T, N, D]; or [B * T, H] with dims = (B, T).
+    batch, length = dims if dims is not None else ops.shape(x)[:2]
     return ops.reshape(x, (batch, length, self.num_attention_heads,
                            self.head_size))
 
@@ -102,9 +102,7 @@ class SelfAttention(keras.layers.Layer):
       # as queries their context is dropped by the final `pack`.
       rows = packing_lib.spread(rows, packing, zero_padding=False,
                                 kernels=self.kernels)
-      return ops.transpose(ops.reshape(rows, (batch, length,
-                                              self.num_attention_heads,
-                                              self.head_size)), perm)
+      return ops.transpose(self._split_heads(rows, (batch, length)), perm)
 
     # 1/sqrt(D) on the query, not a pass over the [B, N, T, S] scores: in
     # training folded into its kernel and bias (H x H products, fewer than

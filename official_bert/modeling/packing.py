@@ -59,9 +59,9 @@ def pack(x, packing, kernels="keras"):
   """[B, T, D] -> [N, D]: the rows at the token positions.
 
   With kernels="fast" the gradient, [B * T, D] with zeros at padding, is
-  the upstream gradient gathered through `slots` (it is `unpack`'s value).
+  the upstream gradient spread back (`spread`, a gather through `slots`).
   """
-  tokens, slots = packing
+  tokens = packing[0]
   rows = ops.reshape(x, (-1, ops.shape(x)[-1]))  # [B * T, D]
   if kernels_lib.check(kernels) != "fast":
     return ops.take(rows, tokens, axis=0)
@@ -69,7 +69,7 @@ def pack(x, packing, kernels="keras"):
   @kernels_lib.custom_gradient
   def take(rows):
     return (ops.take(rows, tokens, axis=0),
-            lambda upstream: ops.take(_with_zero_row(upstream), slots, axis=0))
+            lambda upstream: spread(upstream, packing))
 
   return take(rows)
 
@@ -107,12 +107,14 @@ def spread(packed, packing, zero_padding=True, kernels="keras"):
     count = ops.shape(packed)[0]
     return ops.take(packed, ops.minimum(slots, count - 1), axis=0)
 
-  if kernels_lib.check(kernels) == "fast":
-    return kernels_lib.custom_gradient(
-        lambda packed: (rows(packed),
-                        lambda upstream: ops.take(upstream, tokens, axis=0))
-    )(packed)
-  return rows(packed)
+  if kernels_lib.check(kernels) != "fast":
+    return rows(packed)
+
+  @kernels_lib.custom_gradient
+  def take(packed):
+    return rows(packed), lambda upstream: ops.take(upstream, tokens, axis=0)
+
+  return take(packed)
 
 
 def gather_packed(packed, packing, mask, positions):
