@@ -183,19 +183,25 @@ def check_output_dir(flag, path):
 
 def load_config_and_vocab(fv):
   """(BertConfig, FullTokenizer) of --bert_config_file and --vocab_file,
-  checked against each other and --max_seq_length. Imports TensorFlow
-  (`cli.start_tensorflow`: without its start-up lines), so the programs call
-  it after checking their data files. TensorFlow loads with its oneDNN
-  rewrites on (`cpu_allocator.use_onednn`) unless the user said otherwise."""
-  cpu_allocator.use_onednn()
-  cli.start_tensorflow()
+  checked against each other and --max_seq_length. The config is read
+  first, then TensorFlow starts (`cli.start_tensorflow`: without its
+  start-up lines; the tokenizer needs it), so the programs call it after
+  checking their data files. TensorFlow loads with its oneDNN rewrites on
+  (`cpu_allocator.use_onednn`) unless the user said otherwise."""
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   try:
     config = configs.BertConfig.from_json_file(fv.bert_config_file,
                                                "--bert_config_file")
   except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
     raise app.UsageError(str(e))
+  if fv.max_seq_length > config.max_position_embeddings:
+    raise app.UsageError(
+        f"--max_seq_length={fv.max_seq_length} exceeds max_position_"
+        f"embeddings={config.max_position_embeddings} of "
+        f"{fv.bert_config_file}; lower --max_seq_length.")
+  cpu_allocator.use_onednn()
+  cli.start_tensorflow()
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   try:
     tokenizer = tokenization.FullTokenizer(fv.vocab_file,
                                            fv.do_lower_case)
@@ -206,11 +212,6 @@ def load_config_and_vocab(fv):
         f"--vocab_file {fv.vocab_file} has {tokenizer.vocab_size} tokens, "
         f"more than vocab_size={config.vocab_size} of "
         f"{fv.bert_config_file}; pass the model's own vocab.txt.")
-  if fv.max_seq_length > config.max_position_embeddings:
-    raise app.UsageError(
-        f"--max_seq_length={fv.max_seq_length} exceeds max_position_"
-        f"embeddings={config.max_position_embeddings} of "
-        f"{fv.bert_config_file}; lower --max_seq_length.")
   return config, tokenizer
 
 

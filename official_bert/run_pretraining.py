@@ -144,9 +144,10 @@ def main(argv):
   del argv
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
-  cli.start_tensorflow()  # without its start-up lines
   _check_flags()
-  # TensorFlow starts here, after the cheap checks.
+  # TensorFlow starts here, after the cheap checks (without its start-up
+  # lines).
+  cli.start_tensorflow()
   run_config = trainer_flags.driver_config(
       FLAGS, trainer_flags.program_values(FLAGS, [__name__]),
       num_train_steps=FLAGS.num_train_steps,

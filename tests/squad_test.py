@@ -324,7 +324,9 @@ def test_run_squad_reports_the_skipped_questions_in_one_line(tmp_path):
           {"id": "imp", "question": "?", "answers": [],
            "is_impossible": True}]}]}]}))
   config, vocab = tmp_path / "bert_config.json", tmp_path / "vocab.txt"
-  testing.tiny_config(vocab_size=30522).to_json_file(str(config))
+  # 512 positions: --max_seq_length=384 fits, so the vocab is what stops it.
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=512
+                      ).to_json_file(str(config))
   vocab.write_bytes(b"\x00\xff")
   proc = testing.run_cli([
       "-m", "official_bert.run_squad", f"--bert_config_file={config}",
