@@ -43,8 +43,8 @@ def _run_merged(args, timeout=180):
 
 def _assert_one_sentence(args, program, expected, before_tensorflow=False):
   """The contract; with `before_tensorflow`, also that the program found the
-  error without importing TensorFlow (a second, not TensorFlow's start-up:
-  a check moved after it still passes the rest)."""
+  error without importing TensorFlow (a check moved after TensorFlow's
+  start-up still meets the rest of the contract, only slower)."""
   status, lines, imported = _run_merged(args)
   testing.assert_one_sentence_last(status, lines, program, expected)
   output = "\n".join(lines)
@@ -427,7 +427,8 @@ def test_truncated_checkpoint_on_resume_falls_back_and_says_so(files,
                                                  // 2])
 
   cut(8)
-  status, lines, _ = _run_merged(_pretraining_args(config, data, out, steps=12))
+  status, lines, _ = _run_merged(
+      _pretraining_args(config, data, out, steps=12))
   assert status == 0, lines[-5:]
   output = "\n".join(lines)
   assert (f"Warning: checkpoint ckpt-8: " in output and f"in {out} is "
