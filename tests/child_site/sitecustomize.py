@@ -47,3 +47,25 @@ class _NoTestOnlyImportsInTensorFlowsStartUp(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _NoTestOnlyImportsInTensorFlowsStartUp())
+
+
+def _log_process_start():
+  """With OFFICIAL_BERT_PROCESS_LOG set (tests/conftest.py sets it for the
+  suite), every Python process started under the tests appends its command
+  line to that file: the suite's count of program processes."""
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.environ.get("OFFICIAL_BERT_PROCESS_LOG")
+  if not path:
+    return
+  try:
+    with open("/proc/self/cmdline", "rb") as f:
+      argv = f.read().split(b"\0")
+    line = " ".join(a.decode("utf-8", "replace") for a in argv if a)
+    line = line.replace("\n", "\\n")  # one line per process
+  except OSError:
+    line = " ".join(sys.argv)
+  with open(path, "a", encoding="utf-8") as f:
+    f.write(f"{os.getpid()}\t{line[:300]}\n")
+
+
+_log_process_start()
