@@ -102,10 +102,11 @@ def corpus(tmp_path_factory):
 
 
 def _run(args, runner_args=(), check=True):
+  # A real process: the pipeline's client of a real cluster.
   return testing.run_cli(
       [PROGRAM] + list(args) + [f"--{k}={v}" for k, v in FLAGS.items()] +
       (["--"] + list(runner_args) if runner_args else []),
-      check=check, merge_stderr=True)
+      check=check, merge_stderr=True, process=True)
 
 
 def _records(prefix):

@@ -118,11 +118,161 @@ def require_shared_data():
     pytest.skip(message)
 
 
-def run_cli(args, timeout=600, env=None, check=True, merge_stderr=False):
-  """Runs `python <args>` from the repo root as a real subprocess.
+def _program_flags_removed():
+  """Removes every flag from the global FlagValues but those every absl
+  program has (absl.app's and absl.logging's): a program's `__main__`
+  block defines its own there, as in a fresh process. Returns the removed
+  Flag objects by name, to put back."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  fv = flags.FLAGS
+  keep = {flag.name for module, module_flags in
+          fv.flags_by_module_dict().items()
+          if module in ("absl.app", "absl.logging", "absl.flags")
+          for flag in module_flags}
+  removed = {name: fv[name] for name in list(fv)
+             if name not in keep and fv[name].name == name}
+  for name in list(fv):
+    if name not in keep:
+      delattr(fv, name)
+  return removed
+
+
+def _restore_flags(removed, was_parsed):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  _program_flags_removed()
+  for name, flag in removed.items():
+    flags.FLAGS[name] = flag
+  if was_parsed:
+    flags.FLAGS.mark_as_parsed()
+
+
+class _ProgramExit(BaseException):
+  """cli.fail inside run_program: the program's one sentence was printed."""
+
+
+def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
+                cwd=ROOT):
+  """Runs `python -m <module> <argv>` in this process, as its `__main__`
+  (runpy): the program defines its flags afresh, parses `argv` and runs
+  `main` as on a command line. Returns a subprocess.CompletedProcess with
+  the exit status and what the program printed from Python (stdout, stderr,
+  absl logging); a traceback is printed to its stderr as Python would, and
+  is status 1.
+
+  For what the process itself decides, use `run_cli` (a real process):
+  start-up (imports, TensorFlow's settings made before it starts: oneDNN,
+  the CPU allocator, logical devices, another Keras backend), signals,
+  exit codes set by os._exit. `cli.fail` (which ends a process with
+  os._exit) ends only the run here; `env` is set, and `cwd` is the working
+  directory, for the run's duration."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  import io  # pylint: disable=g-import-not-at-top
+  import runpy  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  import traceback  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from official_bert import cli  # pylint: disable=g-import-not-at-top
+  from official_bert.training import preemption  # pylint: disable=g-import-not-at-top
+
+  argv = [str(a) for a in argv]
+  out = io.StringIO()
+  err = out if merge_stderr else io.StringIO()
+
+  def fail(message):
+    sys.stdout.flush()
+    print(f"{cli._program_name()}: error: {message}", file=sys.stderr)  # pylint: disable=protected-access
+    raise _ProgramExit(1)
+
+  saved_env = dict(os.environ)
+  os.environ.update(env or {})
+  saved_argv, saved_cwd = list(sys.argv), os.getcwd()
+  saved_fail, saved_sigterm = cli.fail, signal.getsignal(signal.SIGTERM)
+  handler = absl_logging.get_absl_handler().python_handler
+  saved_stream = handler.stream
+  was_parsed = flags.FLAGS.is_parsed()
+  removed = _program_flags_removed()
+  keras.backend.clear_session()
+  status = 0
+  try:
+    cli.fail = fail
+    handler.stream = err
+    os.chdir(cwd)
+    sys.argv[:] = [module] + argv  # runpy sets argv[0] to the module's file
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      try:
+        with warnings.catch_warnings():
+          # The module is imported already (by a test, or an earlier run):
+          # runpy warns, and runs it afresh as __main__ all the same.
+          warnings.filterwarnings("ignore", "'.*' found in sys.modules",
+                                  RuntimeWarning)
+          runpy.run_module(module, run_name="__main__", alter_sys=True)
+      except _ProgramExit as e:
+        status = e.args[0]
+      except SystemExit as e:
+        status = (e.code if isinstance(e.code, int) else
+                  0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+          print(e.code, file=sys.stderr)
+      except BaseException:  # pylint: disable=broad-except
+        traceback.print_exc(file=sys.stderr)
+        status = 1
+  finally:
+    cli.fail = saved_fail
+    handler.stream = saved_stream
+    signal.signal(signal.SIGTERM, saved_sigterm)
+    preemption.clear()
+    os.chdir(saved_cwd)
+    sys.argv[:] = saved_argv
+    os.environ.clear()
+    os.environ.update(saved_env)
+    _restore_flags(removed, was_parsed)
+    keras.backend.clear_session()
+  proc = subprocess.CompletedProcess(
+      ["-m", module] + argv, status, out.getvalue(),
+      "" if merge_stderr else err.getvalue())
+  if check and status != 0:
+    raise AssertionError(
+        f"program failed ({status}): {module} {' '.join(argv)}\n"
+        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n"
+        f"{proc.stderr[-4000:]}")
+  return proc
+
+
+def _program_module(args):
+  """The module that `python <args>` runs as `__main__`, and its argv; None
+  for other command lines (`-c`, `-X ...`)."""
+  args = [str(a) for a in args]
+  if len(args) >= 2 and args[0] == "-m":
+    return args[1], args[2:]
+  if args and args[0].endswith(".py") and not args[0].startswith("-"):
+    path = os.path.relpath(os.path.abspath(os.path.join(ROOT, args[0])), ROOT)
+    if not path.startswith(".."):
+      return path[:-3].replace(os.sep, "."), args[1:]
+  return None
+
+
+def run_cli(args, timeout=600, env=None, check=True, merge_stderr=False,
+            process=False):
+  """Runs `python <args>` from the repo root: a program (`-m module` or a
+  file of the repo) in this process (`run_program`), unless `process` or
+  `env` asks for a real subprocess (what is set before TensorFlow starts
+  needs one), which runs anything else too.
 
   With `merge_stderr`, stderr goes into `stdout` in the order printed (to
   check what a user sees last)."""
+  program = None if (process or env) else _program_module(args)
+  if program:
+    return run_program(program[0], program[1], check=check,
+                       merge_stderr=merge_stderr)
+  return run_process(args, timeout=timeout, env=env, check=check,
+                     merge_stderr=merge_stderr)
+
+
+def run_process(args, timeout=600, env=None, check=True, merge_stderr=False):
+  """Runs `python <args>` from the repo root as a real subprocess."""
   full_env = dict(os.environ)
   full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -180,12 +330,9 @@ def write_tf1_checkpoint(directory, arrays, config):
 
 def flag_defaults(module):
   """{flag: default as text} of every flag a program defines (its
-  --helpxml, run as `python -m module`)."""
+  --helpxml, run as `python -m module` in this process: run_program)."""
   import xml.etree.ElementTree as ET  # pylint: disable=g-import-not-at-top
-  env = dict(os.environ, PYTHONPATH=CHILD_PATH)
-  out = subprocess.run([sys.executable, "-m", module, "--helpxml"],
-                       cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=120).stdout
+  out = run_program(module, ["--helpxml"], check=False).stdout
   root = ET.fromstring(out[out.index("<?xml"):])
   return {flag.findtext("name"): flag.findtext("default")
           for flag in root.iter("flag")}
