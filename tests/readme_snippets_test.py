@@ -37,6 +37,7 @@ several tests share are built once per session even on two xdist workers
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -374,22 +375,43 @@ def _log_cpu(name, start):
       f.write(f"{name}\t{_child_cpu() - start:.1f}\n")
 
 
+# A command that bash would only split into words: no expansion, pipe or
+# redirection left after SUBSTITUTIONS (quotes are removed as bash would).
+_PLAIN_COMMAND = re.compile(r"python -m [\w.]+( [^$`|&;<>(){}\\]*)?")
+
+
 def _run_sh(name, world):
-  """Runs block `name` with bash from the repo root; returns its output."""
+  """Runs block `name` from the repo root, command by command, stopping at
+  the first that fails; returns their output. `python -m <program> ...`
+  runs in this process (testing.run_program, its words split as bash
+  splits them); any other command runs with bash."""
   commands = []
   for command in _commands(_substitute(_block(name), world)):
     if any(command.startswith(start) for start in NOT_RUN):
       continue
     commands.append(command)
-  start = _child_cpu()
-  proc = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(commands)],
-                        cwd=testing.ROOT, env=_env(), stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, timeout=900)
-  _log_cpu(name, start)
-  assert proc.returncode == 0, (
-      f"block {name!r} failed ({proc.returncode}):\n"
-      + "\n".join(commands) + "\n---\n" + proc.stdout[-5000:])
-  return proc.stdout
+  output = []
+  for command in commands:
+    if command.lstrip().startswith("#"):
+      continue
+    unquoted = re.sub(r"'[^']*'", "", command)
+    if _PLAIN_COMMAND.fullmatch(command) and not re.search(r"[*?\[]",
+                                                           unquoted):
+      words = shlex.split(command)
+      proc = testing.run_program(words[2], words[3:], check=False,
+                                 merge_stderr=True)
+    else:
+      start = _child_cpu()
+      proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command],
+                            cwd=testing.ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=900)
+      _log_cpu(name, start)
+    output.append(proc.stdout)
+    assert proc.returncode == 0, (
+        f"block {name!r} failed ({proc.returncode}) at:\n{command}\n---\n"
+        + "".join(output)[-5000:])
+  return "".join(output)
 
 
 # After each ```python block: lines that print what its test checks.
