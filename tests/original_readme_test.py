@@ -14,9 +14,9 @@ must exist in ours with that default (--helpxml of each program).
 
 import json
 import os
+import re
+import shlex
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -319,14 +319,16 @@ def world(tmp_path_factory):
 
 
 def _run(world, name, **env):
-  command = _command(name, world["tmp"])
-  full_env = dict(os.environ, **world["env"], **env,
-                  PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
-  full_env["PATH"] = (os.path.dirname(sys.executable) + os.pathsep
-                      + full_env.get("PATH", ""))
-  proc = subprocess.run(["bash", "-c", command], cwd=world["work"],
-                        env=full_env, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, timeout=600)
+  """The command, its variables expanded and its words split as bash does
+  it, run in this process (testing.run_program) from the README's working
+  directory; (exit status, its non-blank output lines)."""
+  command = re.sub(r"\\\n\s*", "", _command(name, world["tmp"]))
+  variables = dict(world["env"], **env)
+  words = [re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], word)
+           for word in shlex.split(command)]
+  assert words[:2] == ["python", "-m"], words
+  proc = testing.run_program(words[2], words[3:], check=False,
+                             merge_stderr=True, cwd=world["work"])
   lines = [l for l in proc.stdout.splitlines() if l.strip()]
   return proc.returncode, lines
 
