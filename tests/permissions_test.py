@@ -8,8 +8,9 @@ read-only directory -> one sentence naming the flag as the last line, exit
 1, no traceback, nothing written.
 
 The checks run before TensorFlow is imported (about a second per case),
-except in the exporters, which import it at start (one case each here; all
-three are in /work/coord/bad_inputs.py's table).
+except in the exporters, which import it at start (one case each here; their
+other bad inputs are tests/export_cli_test.py's and tests/bad_input_test.py's
+exporter cases).
 
 Bugs caught: a permission check that trusts os.access as root (never
 fires), "does not exist" for a file that is only hidden by an unreadable
