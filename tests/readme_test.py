@@ -96,7 +96,7 @@ def test_the_readme_is_a_front_door():
     end = next(i for i in range(start + 3, len(lines))
                if not lines[i].startswith("|"))
     assert end <= 120, f"{heading!r} ends at line {end} (past line 120)"
-  # History lives in docs/performance.md and the git log.
+  # History lives in the git log; docs/performance.md holds today's figures.
   for pattern in (r"\b20\d\d-\d\d-\d\d\b", r"\bcommit [0-9a-f]{7,40}\b",
                   r"\bused to\b", r"\bbefore this\b", r"[Cc]hanged:"):
     found = re.search(pattern, text)
@@ -135,3 +135,39 @@ def test_links_resolve():
         if anchor not in {_slug(h) for h in headings}:
           bad.append(f"{page}: {target} (no such heading)")
   assert not bad, bad
+
+
+HISTORY_SESSION = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
+    r"eleventh|twelfth|\d+(st|nd|rd|th)) session\b", flags=re.I)
+COMMIT_HASH = re.compile(
+    r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+
+
+def _table_cells(text):
+  """Every cell of every Markdown table row (`\\|` inside a cell kept)."""
+  return [cell.strip()
+          for line in text.splitlines() if line.startswith("|")
+          for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def test_the_results_stay_short_and_the_history_stays_in_git():
+  """docs/performance.md holds today's figures (at most 300 lines), README's
+  table cells stay short and name no commit, and no page names the work
+  session a figure came from: that history is the git log's."""
+  lines = _read("docs/performance.md").splitlines()
+  assert len(lines) <= 300, (
+      f"docs/performance.md has {len(lines)} lines (at most 300): keep "
+      "today's figures, move the rest to the git log")
+  cells = _table_cells(_readme())
+  assert len(cells) >= 100, "README's tables were not found"
+  long_cells = [cell[:60] + "..." for cell in cells if len(cell) > 300]
+  assert not long_cells, (
+      f"README table cells over 300 characters (details belong in "
+      f"docs/performance.md or the job's page): {long_cells}")
+  hashes = [(found.group(0), cell[:60]) for cell in cells
+            for found in [COMMIT_HASH.search(cell)] if found]
+  assert not hashes, f"README table cells name commits: {hashes}"
+  sessions = [(page, found.group(0)) for page in _pages()
+              for found in HISTORY_SESSION.finditer(_read(page))]
+  assert not sessions, f"pages name work sessions: {sessions}"
