@@ -313,15 +313,11 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   """A fine-tuning program's flow once its task is read and encoded: train
   (evaluating every eval_every_steps), evaluate, predict, export.
 
-  `task` is one of tasks/*_task.py's (duck-typed: `build_model(bert_config,
-  kernels)`, `losses`, `metric_counts`, `num_train_examples`,
-  `example_name`, `best_metric`, `run_files()`, `log_start(description)`,
-  `train_data()`, `evaluate(predict, step)`, `eval_summary(result)`,
-  `predict(predict, step)` -> ({file: text}, summary, eval result or None),
-  `example_inputs()`); `predict(inputs, fill=0.0)` runs the model with the
-  run's padding. `export(model)` -> the exported path (the program's: the
-  exporters sit above the library). Returns False when SIGTERM stopped
-  training (the checkpoint is saved; a rerun resumes), True when done.
+  `task` is one of tasks/*_task.py's, a `FinetuningTask` (training/task.py:
+  the members this function and `Finetuner` use, what each returns).
+  `export(model)` -> the exported path (the program's: the exporters sit
+  above the library). Returns False when SIGTERM stopped training (the
+  checkpoint is saved; a rerun resumes), True when done.
   """
   run = Finetuner(
       config, lambda kernels: task.build_model(bert_config, kernels),
