@@ -109,5 +109,8 @@ def test_a_changed_arity_is_seen():
 
 
 def test_the_driver_asks_of_a_task_only_the_contract():
-  assert _task_attributes(finetuner) == FINETUNING
-  assert _task_attributes(driver) <= TASK
+  """Driver (build_task) reads a Task's members, run_task and Finetuner a
+  FinetuningTask's: together all of the contract, and nothing else."""
+  assert _task_attributes(driver) == {"build_model", "losses",
+                                      "metric_counts"}
+  assert _task_attributes(driver) | _task_attributes(finetuner) == FINETUNING
