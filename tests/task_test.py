@@ -1,7 +1,8 @@
 """training/task.py: the Task contract, on the tasks themselves (no data, no
 TensorFlow).
 
-Each task satisfies its Protocol with the contract's arity; a task with one
+Each task satisfies its Protocol (the three fine-tuning tasks
+FinetuningTask, pretraining Task) with the contract's arity; a task with one
 member taken away does not (so `isinstance` sees a removed member, for every
 member of every task); and the driver asks of a task exactly the contract's
 members (read from its source with `ast`), so the Protocol cannot drift from
@@ -15,6 +16,7 @@ import pytest
 
 from official_bert.tasks import classification_task
 from official_bert.tasks import ner_task
+from official_bert.tasks import pretraining_task
 from official_bert.tasks import question_answering_task
 from official_bert.training import driver
 from official_bert.training import finetuner
@@ -26,14 +28,26 @@ FINETUNING = TASK | {"num_train_examples", "example_name", "best_metric",
                      "example_inputs"}
 
 
-def _finetuning_tasks():
+def _tasks():
+  """(task, its protocol) for each of the four tasks, unread."""
   return [
-      classification_task.ClassificationTask(
+      (classification_task.ClassificationTask(
           classification_task.ClassificationConfig(data_dir="d",
                                                    output_dir="o")),
-      ner_task.NerTask(ner_task.NerConfig(data_dir="d", output_dir="o")),
-      question_answering_task.SquadTask(question_answering_task.SquadConfig()),
+       task_lib.FinetuningTask),
+      (ner_task.NerTask(ner_task.NerConfig(data_dir="d", output_dir="o")),
+       task_lib.FinetuningTask),
+      (question_answering_task.SquadTask(
+          question_answering_task.SquadConfig()), task_lib.FinetuningTask),
+      (pretraining_task.PretrainingTask(pretraining_task.PretrainingConfig(
+          input_file="in", bert_config_file="bert_config.json")),
+       task_lib.Task),
   ]
+
+
+EACH_TASK = pytest.mark.parametrize(
+    "task, protocol", [pytest.param(task, protocol, id=type(task).__name__)
+                       for task, protocol in _tasks()])
 
 
 def members(protocol):
@@ -81,27 +95,23 @@ def test_the_protocols_members_are_the_contract():
   assert set(members(task_lib.FinetuningTask)) == FINETUNING
 
 
-@pytest.mark.parametrize("task", _finetuning_tasks(),
-                         ids=lambda task: type(task).__name__)
-def test_each_fine_tuning_task_satisfies_the_contract(task):
-  assert contract_problems(task, task_lib.FinetuningTask) == []
-  assert isinstance(task, task_lib.FinetuningTask)
+@EACH_TASK
+def test_each_task_satisfies_the_contract(task, protocol):
+  assert contract_problems(task, protocol) == []
+  assert isinstance(task, protocol)
   assert isinstance(task, task_lib.Task)
 
 
-@pytest.mark.parametrize("task", _finetuning_tasks(),
-                         ids=lambda task: type(task).__name__)
-def test_a_task_without_any_one_member_fails_the_contract(task):
-  config = task.config
-  for name in sorted(FINETUNING):
-    partial = without(type(task), name)(config)
-    assert contract_problems(partial, task_lib.FinetuningTask) == [
-        f"no {name}"]
-    assert not isinstance(partial, task_lib.FinetuningTask), name
+@EACH_TASK
+def test_a_task_without_any_one_member_fails_the_contract(task, protocol):
+  for name in sorted(members(protocol)):
+    partial = without(type(task), name)(task.config)
+    assert contract_problems(partial, protocol) == [f"no {name}"]
+    assert not isinstance(partial, protocol), name
 
 
 def test_a_changed_arity_is_seen():
-  task = _finetuning_tasks()[0]
+  task, _ = _tasks()[0]
   cls = type(task)
   changed = type(cls.__name__, (cls,), {"evaluate": lambda self, predict: {}})
   assert contract_problems(changed(task.config), task_lib.FinetuningTask) == [
