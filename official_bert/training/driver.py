@@ -18,9 +18,10 @@ strategy (and whether XLA can run on it), the batch's split over replicas
 and accumulation steps, the seed, the precision policy, the model's kernels,
 the model and the optimizer in the strategy's scope, the `Trainer`
 (training/trainer.py). Fine-tuning adds its padding, evaluation while
-training and prediction on top (training/finetuner.py); pretraining_task.run and
-finetuner.run_task both build their task's model with `build_task`, train
-with `train_steps` and write eval_results.txt with `write_eval_results`.
+training and prediction on top (training/finetuner.py). Both
+pretraining_task.run and finetuner.run_task build their task's model with
+`build_task`, train with `train_steps` and write eval_results.txt with
+`write_eval_results`.
 
 Errors a user can fix are `cli.Error`s: one sentence naming the flag.
 """
