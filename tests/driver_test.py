@@ -7,6 +7,7 @@ the config field by field (trainer_flags.driver_config)."""
 import dataclasses
 import json
 import os
+import types
 
 from absl import flags
 import keras
@@ -37,10 +38,14 @@ def _run(output_dir, **overrides):
       "eval_every_steps": 2, "kernels": "keras", "flags": {"task": "tiny"},
       **overrides})
   bert_config = testing.tiny_config()
-  run = finetuner.Finetuner(
-      config, lambda kernels: finetuning_models.BertClassifier.from_bert_config(
-          bert_config, 3, kernels=kernels),
-      _losses, None, num_train_examples=EXAMPLES)
+  # The members of a FinetuningTask (training/task.py) the Finetuner reads.
+  task = types.SimpleNamespace(
+      build_model=lambda bert_config, kernels: (
+          finetuning_models.BertClassifier.from_bert_config(
+              bert_config, 3, kernels=kernels)),
+      losses=_losses, metric_counts=None, num_train_examples=EXAMPLES,
+      example_name="examples", best_metric="eval_accuracy")
+  run = finetuner.Finetuner(config, task, bert_config)
   run.write_run_files(bert_config, files={"label_list.json": "[0, 1, 2]\n"})
   return run
 

@@ -103,7 +103,8 @@ def test_results_rows(logits, regression):
 
 
 class ClassificationTask:
-  """run_classifier's task: `read`, `encode`, then what `run_task` calls."""
+  """run_classifier's task: `read`, `encode`, then what `run_task` calls (a
+  training/task.py `FinetuningTask`; tests/task_test.py checks it)."""
 
   example_name = "examples"
 

@@ -87,7 +87,8 @@ def eval_results(sentences, tags, loss, step):
 
 
 class NerTask:
-  """run_ner's task: `read`, `encode`, then what `run_task` calls."""
+  """run_ner's task: `read`, `encode`, then what `run_task` calls (a
+  training/task.py `FinetuningTask`; tests/task_test.py checks it)."""
 
   example_name = "examples"
   best_metric = "eval_f1"

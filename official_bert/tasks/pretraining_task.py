@@ -5,7 +5,11 @@ are modeling/pretrainer.py's (the step's math lives there, beside the
 model); this module holds the rest of the task: reading the TFRecords
 (static or dynamic masks), the evaluation's sums and eval_results.txt's
 values, freezing the old embedding rows of an extended vocabulary, the
-errors a bad record becomes, and the run itself on the shared driver:
+errors a bad record becomes, and the run itself on the shared driver.
+`PretrainingTask` is a training/task.py `Task`: the driver builds its model,
+losses and metric counts (`Driver.build_task`), trains (`train_steps`) and
+writes eval_results.txt (`write_eval_results`) as it does a fine-tuning
+task's:
 
     config = PretrainingConfig(input_file="/tmp/tf_examples-*.tfrecord",
                                bert_config_file="bert_config.json",
@@ -159,41 +163,81 @@ def record_errors(config, vocab_size):
     raise cli.Error(sentence) from None
 
 
-def _inputs(config, bert_config, seed):
-  """(files, the records' predictions per sequence, dynamic masking's
-  options or None), checked against the model (cli.Error)."""
-  from official_bert.data import features  # pylint: disable=g-import-not-at-top
-  from official_bert.training import dynamic_masking  # pylint: disable=g-import-not-at-top
-  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
-  try:
-    files = input_pipeline.resolve_input_files(config.input_file)
-    # Dynamic masking draws up to max_predictions_per_seq from records
-    # written with any number of predictions.
-    record_predictions = config.max_predictions_per_seq
-    masking = None
-    if config.masking == "dynamic":
-      record_predictions = features.record_predictions(files[0])
-      masking = dynamic_masking.options_from_vocab(
-          config.vocab_file, config.masked_lm_prob,
-          config.max_predictions_per_seq, config.do_whole_word_mask, seed)
-    input_pipeline.check_input_files(files, config.max_seq_length,
-                                     record_predictions,
-                                     vocab_size=bert_config.vocab_size)
-  except ValueError as e:
-    raise cli.Error(str(e)) from None
-  if masking and masking.vocab_size > bert_config.vocab_size:
-    raise cli.Error(
-        f"--vocab_file={config.vocab_file} has {masking.vocab_size} tokens, "
-        f"more than vocab_size={bert_config.vocab_size} of "
-        f"{config.bert_config_file}; pass the vocab the model was built for.")
-  return files, record_predictions, masking
+class PretrainingTask:
+  """run_pretraining's task: `read` the records, then what the driver builds
+  and logs (a training/task.py `Task`; tests/task_test.py checks it).
+
+  Attributes, once read: files (input_file's, resolved), record_predictions
+  (masked positions per record, or the most drawn with dynamic masking),
+  masking (dynamic masking's options, or None).
+  """
+
+  def __init__(self, config):
+    self.config = config
+    self.files = []
+    self.record_predictions = config.max_predictions_per_seq
+    self.masking = None
+
+  def read(self, bert_config, seed):
+    """Finds input_file's records and checks them against the model
+    (cli.Error)."""
+    from official_bert.data import features  # pylint: disable=g-import-not-at-top
+    from official_bert.training import dynamic_masking  # pylint: disable=g-import-not-at-top
+    from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+    config = self.config
+    try:
+      files = input_pipeline.resolve_input_files(config.input_file)
+      # Dynamic masking draws up to max_predictions_per_seq from records
+      # written with any number of predictions.
+      record_predictions = config.max_predictions_per_seq
+      masking = None
+      if config.masking == "dynamic":
+        record_predictions = features.record_predictions(files[0])
+        masking = dynamic_masking.options_from_vocab(
+            config.vocab_file, config.masked_lm_prob,
+            config.max_predictions_per_seq, config.do_whole_word_mask, seed)
+      input_pipeline.check_input_files(files, config.max_seq_length,
+                                       record_predictions,
+                                       vocab_size=bert_config.vocab_size)
+    except ValueError as e:
+      raise cli.Error(str(e)) from None
+    if masking and masking.vocab_size > bert_config.vocab_size:
+      raise cli.Error(
+          f"--vocab_file={config.vocab_file} has {masking.vocab_size} "
+          f"tokens, more than vocab_size={bert_config.vocab_size} of "
+          f"{config.bert_config_file}; pass the vocab the model was built "
+          "for.")
+    self.files, self.record_predictions, self.masking = (
+        files, record_predictions, masking)
+
+  def run_files(self):
+    return {}
+
+  def log_start(self, run_description):
+    print(f"{len(self.files)} input files, {run_description}", flush=True)
+
+  # ------------------------------------------------- model and losses ----
+  def build_model(self, bert_config, kernels):
+    """`BertPretrainer`, without the NSP head when next_sentence_prediction
+    is off."""
+    from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+    return pretrainer.BertPretrainer.from_bert_config(
+        bert_config, use_next_sentence=self.config.next_sentence_prediction,
+        kernels=kernels)
+
+  def losses(self, labels, outputs):
+    from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+    return pretrainer.pretraining_losses(labels, outputs)
+
+  def metric_counts(self, labels, outputs):
+    from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+    return pretrainer.pretraining_metric_counts(labels, outputs)
 
 
 def run(run_config, config):
   """Pretrains (do_train) and evaluates (do_eval) on the shared driver
   (training/driver.py) with `run_config`, a DriverConfig."""
   from official_bert import configs  # pylint: disable=g-import-not-at-top
-  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
   from official_bert.training import driver as driver_lib  # pylint: disable=g-import-not-at-top
   from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
@@ -210,68 +254,58 @@ def run(run_config, config):
   # The strategy first: multi-worker collectives must be configured before
   # TensorFlow runs any op (reading the files does).
   driver = driver_lib.Driver(run_config)
-  files, record_predictions, masking = _inputs(config, bert_config,
-                                               run_config.seed)
+  task = PretrainingTask(config)
+  task.read(bert_config, run_config.seed)
   driver.check_init_checkpoint()
-  driver.build(
-      lambda kernels: pretrainer.BertPretrainer.from_bert_config(
-          bert_config, use_next_sentence=config.next_sentence_prediction,
-          kernels=kernels),
-      pretrainer.pretraining_losses, pretrainer.pretraining_metric_counts,
+  driver.build_task(
+      task, bert_config,
       transform_gradients=lambda model: freeze_old_embeddings(
           model, config.freeze_old_embeddings_steps,
           run_config.init_checkpoint))
-  trainer = driver.trainer
 
   resuming = driver.resuming()
   if resuming:
     check_same_config(bert_config, config.bert_config_file,
                       run_config.output_dir)
-  print(f"{len(files)} input files, {driver.describe()}, {driver.kernels} "
-        f"kernels, {'BFC' if cpu_allocator.in_use() else 'default'} CPU "
-        "allocator", flush=True)
-  start = driver.restore_or_init()
+  task.log_start(f"{driver.describe()}, {driver.kernels} kernels, "
+                 f"{'BFC' if cpu_allocator.in_use() else 'default'} CPU "
+                 "allocator")
+  driver.restore_or_init()
   # Written once the checkpoints fit the config: a bad init_checkpoint
   # leaves nothing in a new output_dir.
-  driver.write_run_files(bert_config, {"kernels": driver.kernels})
+  driver.write_run_files(bert_config, {"kernels": driver.kernels},
+                         task.run_files())
   if not resuming and not run_config.init_checkpoint:
     print("Starting from scratch (no checkpoint in --output_dir), step 0",
           flush=True)
-  step = start
   if config.do_train:
     train_fn = input_pipeline.pretraining_dataset_fn(
-        files, (run_config.train_batch_size
-                // run_config.gradient_accumulation_steps),
-        config.max_seq_length, record_predictions, is_training=True,
-        seed=run_config.seed, masking=masking)
+        task.files, (run_config.train_batch_size
+                     // run_config.gradient_accumulation_steps),
+        config.max_seq_length, task.record_predictions, is_training=True,
+        seed=run_config.seed, masking=task.masking)
     with record_errors(config, bert_config.vocab_size):
-      result = trainer.train_or_exit(
-          train_fn, global_batch_size=run_config.train_batch_size)
-    step = result.step
-    if result.preempted:
-      return
-    print(f"Trained steps {start}..{step}: "
-          + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
-          flush=True)
+      if driver.train_steps(train_fn) is None:
+        return  # SIGTERM: the checkpoint is saved, a rerun resumes
   if config.do_eval:
-    evaluate(driver, config, files, record_predictions, bert_config, step)
+    evaluate(driver, task, bert_config)
 
 
-def evaluate(driver, config, files, record_predictions, bert_config, step):
-  """The original's evaluation on input_file's records (their own masks):
-  eval_results.txt and eval/ summaries, on the chief."""
+def evaluate(driver, task, bert_config):
+  """The original's evaluation on input_file's records (their own masks) at
+  the driver's step: eval_results.txt and eval/ summaries, on the chief."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+  config, step = task.config, driver.step
   eval_fn = input_pipeline.pretraining_dataset_fn(
-      files, config.eval_batch_size, config.max_seq_length,
-      record_predictions, is_training=False)
+      task.files, config.eval_batch_size, config.max_seq_length,
+      task.record_predictions, is_training=False)
   with record_errors(config, bert_config.vocab_size):
     sums = driver.trainer.evaluate(eval_fn, eval_sums,
                                    max_steps=config.max_eval_steps)
   result = eval_results(sums, step)
-  if driver.trainer.is_chief:
-    driver.write("eval_results.txt", "".join(f"{k} = {result[k]}\n"
-                                             for k in sorted(result)))
+  driver.write_eval_results(result)
+  if driver.is_chief:
     writer = tf.summary.create_file_writer(
         os.path.join(driver.config.output_dir, "eval"))
     with writer.as_default(step=step):

@@ -101,7 +101,8 @@ def read_questions(path, is_training, version_2_with_negative):
 
 
 class SquadTask:
-  """run_squad's task: `read`, `encode`, then what `run_task` calls."""
+  """run_squad's task: `read`, `encode`, then what `run_task` calls (a
+  training/task.py `FinetuningTask`; tests/task_test.py checks it)."""
 
   example_name = "questions"
   best_metric = "f1"

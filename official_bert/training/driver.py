@@ -7,19 +7,21 @@ absl flags, so the same run can be built from Python:
     config = DriverConfig(output_dir="/tmp/run", num_train_steps=1000,
                           num_warmup_steps=100, train_batch_size=32)
     driver = Driver(config)                 # the tf.distribute strategy
-    driver.build(lambda kernels: BertPretrainer.from_bert_config(
-                     bert_config, kernels=kernels),
-                 pretraining_losses, pretraining_metric_counts)
+    driver.build_task(task, bert_config)    # a Task (training/task.py)
     start = driver.restore_or_init()        # resume, or --init_checkpoint
     driver.write_run_files(bert_config)     # flags.json, bert_config.json
-    result = driver.trainer.train_or_exit(dataset_fn, 32)
+    driver.train_steps(dataset_fn)          # None when SIGTERM stopped it
+    driver.write_eval_results({"global_step": driver.step, ...})
 
 The set-up, in the order it runs: CPU split into logical devices, the
 strategy (and whether XLA can run on it), the batch's split over replicas
 and accumulation steps, the seed, the precision policy, the model's kernels,
 the model and the optimizer in the strategy's scope, the `Trainer`
 (training/trainer.py). Fine-tuning adds its padding, evaluation while
-training and prediction on top (training/finetuner.py).
+training and prediction on top (training/finetuner.py). Both
+pretraining_task.run and finetuner.run_task build their task's model with
+`build_task`, train with `train_steps` and write eval_results.txt with
+`write_eval_results`.
 
 Errors a user can fix are `cli.Error`s: one sentence naming the flag.
 """
@@ -106,7 +108,8 @@ class Driver:
   """A training run's strategy, model, optimizer and trainer (see above).
 
   Attributes, once `build` ran: strategy, replicas, kernels, model,
-  optimizer, trainer, is_chief.
+  optimizer, trainer, is_chief; start and step, once `restore_or_init` ran:
+  the step training starts from, and the model's.
   """
 
   def __init__(self, config):
@@ -125,6 +128,7 @@ class Driver:
       raise cli.Error(str(e)) from None
     self.replicas = self.strategy.num_replicas_in_sync
     self.model = self.trainer = self.kernels = None
+    self.step = self.start = 0
     self._made_dirs = []  # what make_output_dir made, deepest first
     self._written = []
 
@@ -183,6 +187,15 @@ class Driver:
     self.is_chief = self.trainer.is_chief
     return self.model
 
+  def build_task(self, task, bert_config, transform_gradients=None,
+                 remove_padding=False):
+    """`build` for a task (training/task.py's Task): its model for
+    `bert_config`, its losses and its metric counts."""
+    return self.build(lambda kernels: task.build_model(bert_config, kernels),
+                      task.losses, task.metric_counts,
+                      transform_gradients=transform_gradients,
+                      remove_padding=remove_padding)
+
   def describe(self):
     """"R replicas (strategy), precision, P parameters", for the log."""
     return (f"{self.replicas} replicas ({self.config.distribution_strategy}), "
@@ -206,8 +219,10 @@ class Driver:
 
   def restore_or_init(self, init_fn=None):
     """Resumes from output_dir, else calls `init_fn()` (default:
-    `warm_start`). Returns the step training starts from."""
-    return self.trainer.restore_or_init(init_fn=init_fn or self.warm_start)
+    `warm_start`). Returns the step training starts from (also `start`)."""
+    self.step = self.start = self.trainer.restore_or_init(
+        init_fn=init_fn or self.warm_start)
+    return self.start
 
   def warm_start(self):
     """Loads all of the model's weights from --init_checkpoint (not the
@@ -224,6 +239,33 @@ class Driver:
             if checkpoints.is_original(prefix) else "")
     print(f"Warm-started the weights from {prefix}{kind}; step 0, fresh "
           "optimizer", flush=True)
+
+  # ------------------------------------------------------------ training ----
+  def train_steps(self, dataset_fn, after_loop=None, details=None):
+    """Trains from `start` to num_train_steps on `dataset_fn` (the trainer's,
+    batches of the global train_batch_size) and prints "Trained steps
+    START..STEP{details(result)}: " and the training metrics.
+    `after_loop`: the trainer's (training/trainer.py). Returns the trainer's
+    result, or None when SIGTERM stopped it (the checkpoint is saved: the
+    program returns, a rerun resumes)."""
+    result = self.trainer.train_or_exit(
+        dataset_fn, global_batch_size=self.config.train_batch_size,
+        after_loop=after_loop)
+    self.step = result.step
+    if result.preempted:
+      return None
+    print(f"Trained steps {self.start}..{self.step}"
+          f"{details(result) if details else ''}: "
+          + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
+          flush=True)
+    return result
+
+  def write_eval_results(self, result):
+    """eval_results.txt on the chief: `key = value` lines, sorted, as the
+    original writes them."""
+    if self.is_chief:
+      self.write("eval_results.txt",
+                 "".join(f"{k} = {result[k]}\n" for k in sorted(result)))
 
   # ----------------------------------------------------------- run files ----
   def make_output_dir(self):

@@ -4,10 +4,8 @@
 their flags (`finetuning_flags.driver_config`) and a task (tasks/*_task.py)
 and call `run_task`, which does:
 
-    run = Finetuner(config, lambda kernels: task.build_model(
-                        bert_config, kernels),
-                    task.losses, task.metric_counts, num_train_examples)
-    run.write_run_files(bert_config, files={"label_list.json": "..."})
+    run = Finetuner(config, task, bert_config)  # Driver.build_task
+    run.write_run_files(bert_config, files=task.run_files())
     run.restore_or_warm_start()         # resume, or --init_checkpoint
     if config.do_train and not run.train(inputs, labels,
                                          evaluate):  # dev metrics of a step
@@ -33,23 +31,21 @@ class Finetuner(driver.Driver):
 
   Args:
     config: the run's DriverConfig.
-    build_model: kernels -> the task's model (with an `encoder`).
-    loss_fn, metric_fn: the trainer's (training/trainer.py).
-    num_train_examples, example_name: what the steps count, for the log.
-    best_metric: the task's metric, when config.best_metric is unset.
+    task: a FinetuningTask (training/task.py): its model for `bert_config`,
+      losses and metric counts; num_train_examples and example_name for the
+      log; best_metric, when config.best_metric is unset.
+    bert_config: the model's BertConfig.
   """
 
-  def __init__(self, config, build_model, loss_fn, metric_fn,
-               num_train_examples, example_name="examples",
-               best_metric="eval_accuracy"):
+  def __init__(self, config, task, bert_config):
     from official_bert.training import best_checkpoint  # pylint: disable=g-import-not-at-top
     from official_bert.training import padding  # pylint: disable=g-import-not-at-top
     super().__init__(config)
     # Made once the strategy is (a TPU that cannot be reached leaves none);
     # removed again when a bad --init_checkpoint stops the run.
     self.make_output_dir()
-    self.num_train_examples = num_train_examples
-    self.example_name = example_name
+    self.num_train_examples = task.num_train_examples
+    self.example_name = task.example_name
     # Each batch cut to its longest example (training/padding.py); TPUs
     # compile the whole loop for one shape, so they keep max_seq_length.
     self.pad_multiple = None
@@ -61,12 +57,10 @@ class Finetuner(driver.Driver):
     # which XLA cannot compile.
     self.remove_padding = (config.remove_padding and not config.jit_compile
                            and not self.is_tpu())
-    self.build(build_model, loss_fn, metric_fn,
-               remove_padding=self.remove_padding)
-    self.step = self.start = 0
+    self.build_task(task, bert_config, remove_padding=self.remove_padding)
     self.best = best_checkpoint.BestCheckpoint(
         os.path.join(config.output_dir, "best"), self.model,
-        config.best_metric or best_metric, self.is_chief,
+        config.best_metric or task.best_metric, self.is_chief,
         None if self.is_chief else self.strategy.cluster_resolver.task_id)
     self._predict_steps = {}
 
@@ -80,7 +74,7 @@ class Finetuner(driver.Driver):
   def restore_or_warm_start(self):
     """Resumes from output_dir, else loads init_checkpoint's encoder."""
     try:
-      self.step = self.start = self.restore_or_init(self.warm_start_encoder)
+      self.restore_or_init(self.warm_start_encoder)
     except cli.Error:
       self.remove_run_files()
       raise
@@ -165,18 +159,16 @@ class Finetuner(driver.Driver):
         self.best.clear()  # a fresh run: an old run's best is not ours
       after_loop = self._evaluator(evaluate)
     t0 = time.time()
-    result = self.trainer.train_or_exit(
-        dataset_fn, global_batch_size=batch_size, after_loop=after_loop)
-    self.step = result.step
-    if result.preempted:
+
+    def details(result):
+      return (f" ({config.num_train_steps} = {self.num_train_examples} "
+              f"{self.example_name} x {config.num_train_epochs} epochs / "
+              f"batch {batch_size}"
+              f"{'; stopped early' if result.early_stopped else ''}) in "
+              f"{time.time() - t0:.1f} s")
+
+    if self.train_steps(dataset_fn, after_loop, details) is None:
       return False
-    print(f"Trained steps {self.start}..{self.step} ({config.num_train_steps} "
-          f"= {self.num_train_examples} {self.example_name} x "
-          f"{config.num_train_epochs} epochs / batch {batch_size}"
-          f"{'; stopped early' if result.early_stopped else ''}) in "
-          f"{time.time() - t0:.1f} s: "
-          + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
-          flush=True)
     if after_loop is not None:
       self._use_best()
     return True
@@ -226,10 +218,8 @@ class Finetuner(driver.Driver):
                    step=self._predict_steps[key])
 
   def write_eval_results(self, result):
-    """eval_results.txt: `key = value` lines, sorted, as the original."""
-    if self.is_chief:
-      self.write("eval_results.txt",
-                 "".join(f"{k} = {result[k]}\n" for k in sorted(result)))
+    """eval_results.txt (on the chief) and the "Eval:" line."""
+    super().write_eval_results(result)
     print("Eval: " + " ".join(f"{k} {v:.4g}" for k, v in sorted(
         result.items()) if isinstance(v, (int, float))), flush=True)
 
@@ -313,21 +303,13 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   """A fine-tuning program's flow once its task is read and encoded: train
   (evaluating every eval_every_steps), evaluate, predict, export.
 
-  `task` is one of tasks/*_task.py's (duck-typed: `build_model(bert_config,
-  kernels)`, `losses`, `metric_counts`, `num_train_examples`,
-  `example_name`, `best_metric`, `run_files()`, `log_start(description)`,
-  `train_data()`, `evaluate(predict, step)`, `eval_summary(result)`,
-  `predict(predict, step)` -> ({file: text}, summary, eval result or None),
-  `example_inputs()`); `predict(inputs, fill=0.0)` runs the model with the
-  run's padding. `export(model)` -> the exported path (the program's: the
-  exporters sit above the library). Returns False when SIGTERM stopped
-  training (the checkpoint is saved; a rerun resumes), True when done.
+  `task` is one of tasks/*_task.py's, a `FinetuningTask` (training/task.py:
+  the members this function and `Finetuner` use, what each returns).
+  `export(model)` -> the exported path (the program's: the exporters sit
+  above the library). Returns False when SIGTERM stopped training (the
+  checkpoint is saved; a rerun resumes), True when done.
   """
-  run = Finetuner(
-      config, lambda kernels: task.build_model(bert_config, kernels),
-      task.losses, task.metric_counts,
-      num_train_examples=task.num_train_examples,
-      example_name=task.example_name, best_metric=task.best_metric)
+  run = Finetuner(config, task, bert_config)
   run.write_run_files(bert_config, files=task.run_files())
   task.log_start(run.describe())
 
