@@ -299,7 +299,8 @@ def world(tmp_path_factory):
   testing.write_tf1_checkpoint(str(base), arrays, config)
   os.remove(base / "checkpoint")
   shutil.copy(testing.VOCAB, base / "vocab.txt")
-  run_classifier_test._mrpc_files(str(root / "glue" / "MRPC"), n_train=40)
+  mrpc_dev = run_classifier_test._mrpc_files(str(root / "glue" / "MRPC"),
+                                             n_train=40)
   _squad_files(str(root / "squad"))
   work = root / "work"
   os.makedirs(work / "squad")
@@ -312,7 +313,8 @@ def world(tmp_path_factory):
   (tmp / "input.txt").write_text(
       "Who was Jim Henson ? ||| Jim Henson was a puppeteer\n",
       encoding="utf-8")
-  return {"root": root, "work": work, "tmp": tmp, "env": {
+  return {"root": root, "work": work, "tmp": tmp, "mrpc_dev": mrpc_dev,
+          "env": {
       "BERT_BASE_DIR": str(base), "BERT_LARGE_DIR": str(base),
       "GLUE_DIR": str(root / "glue"), "SQUAD_DIR": str(root / "squad"),
       "TPU_NAME": "my-tpu", "THRESH": "-1.0"}}
@@ -354,20 +356,38 @@ def test_pretraining_commands_run_as_written(world):
 
 
 def test_mrpc_commands_run_as_written(world):
+  import numpy as np  # pylint: disable=g-import-not-at-top
   _ok(world, "mrpc")
   tmp = world["tmp"]
-  results = (tmp / "mrpc_output" / "eval_results.txt").read_text()
-  assert "eval_accuracy = " in results and "global_step = " in results
+  results = dict(line.split(" = ") for line in (
+      tmp / "mrpc_output" / "eval_results.txt").read_text().split("\n")
+                 if line)
+  # The original's keys, and MRPC's F1, after 40 examples x 3 epochs / 32.
+  assert {"eval_accuracy", "eval_loss", "global_step", "loss",
+          "eval_f1"} <= set(results)
+  assert results["global_step"] == "3"
+  assert float(results["loss"]) == float(results["eval_loss"]) > 0
+  assert json.loads((tmp / "mrpc_output" / "label_list.json").read_text()
+                    ) == ["0", "1"]
   _ok(world, "mrpc_predict",
       TRAINED_CLASSIFIER=str(tmp / "mrpc_output"))
   rows = (tmp / "mrpc_output" / "test_results.tsv").read_text().splitlines()
   assert len(rows) == 9 and all(len(r.split("\t")) == 2 for r in rows)
   # The original writes str() of each float32 probability: the shortest
   # text that reads back to it (7-9 digits), not a fixed precision.
-  import numpy as np  # pylint: disable=g-import-not-at-top
   values = [v for r in rows for v in r.split("\t")]
   assert all(v == str(np.float32(v)) for v in values), values
   assert any(len(v.lstrip("0.").replace("e-", "")) > 6 for v in values), values
+  # test.tsv holds the dev rows: the eval figures are those of the predicted
+  # probabilities on them (labels in the task's order, F1 of label "1").
+  predicted = np.array([np.argmax([float(p) for p in r.split("\t")])
+                        for r in rows])
+  gold = np.array([label for label, _, _ in world["mrpc_dev"]])
+  assert float(results["eval_accuracy"]) == pytest.approx(
+      np.mean(predicted == gold))
+  tp = np.sum((predicted == 1) & (gold == 1))
+  assert float(results["eval_f1"]) == pytest.approx(
+      2 * tp / (np.sum(predicted == 1) + np.sum(gold == 1)))
 
 
 def test_squad_commands_run_as_written(world):

@@ -228,44 +228,6 @@ def _mrpc_files(directory, n_train=40, n_dev=9):
   return dev
 
 
-@pytest.mark.slow
-def test_the_originals_mrpc_command_runs_as_written(tmp_path):
-  testing.require_shared_data()
-  glue_dir = tmp_path / "glue"
-  dev = _mrpc_files(str(glue_dir / "MRPC"))
-  config = testing.tiny_config(vocab_size=30522, max_position_embeddings=128)
-  config.to_json_file(str(tmp_path / "bert_config.json"))
-  out = f"{tmp_path}/mrpc_output/"
-  # google-research/bert's README command, with its flag spellings, plus
-  # --do_predict on test.tsv (the dev rows without labels).
-  testing.run_cli([
-      "-m", "official_bert.run_classifier", "--task_name=MRPC",
-      "--do_train=true", "--do_eval=true", "--do_predict=true",
-      f"--data_dir={glue_dir}/MRPC", f"--vocab_file={testing.VOCAB}",
-      f"--bert_config_file={tmp_path}/bert_config.json",
-      "--max_seq_length=128", "--train_batch_size=32",
-      "--learning_rate=2e-5", "--num_train_epochs=3.0",
-      f"--output_dir={out}"])
-  results = _results(os.path.join(out, "eval_results.txt"))
-  # The original's keys, and MRPC's F1.
-  assert {"eval_accuracy", "eval_loss", "global_step", "loss",
-          "eval_f1"} <= set(results)
-  assert results["global_step"] == 3  # 40 examples x 3 epochs / 32
-  assert results["loss"] == results["eval_loss"] > 0
-  with open(os.path.join(out, "label_list.json")) as f:
-    assert json.load(f) == ["0", "1"]
-  # The eval figures are those of the predicted probabilities on the same
-  # rows: labels in the task's order, F1 of label "1".
-  with open(os.path.join(out, "test_results.tsv")) as f:
-    predicted = np.array([np.argmax([float(p) for p in line.split("\t")])
-                          for line in f])
-  gold = np.array([label for label, _, _ in dev])
-  assert results["eval_accuracy"] == pytest.approx(np.mean(predicted == gold))
-  tp = np.sum((predicted == 1) & (gold == 1))
-  f1 = 2 * tp / (np.sum(predicted == 1) + np.sum(gold == 1))
-  assert results["eval_f1"] == pytest.approx(f1)
-
-
 @pytest.mark.parametrize("setup, flags_, match", [
     ("no_dev", ["--task_name=MRPC"],
      r"--data_dir \S+ has no dev file dev.tsv for --task_name=MRPC"),
