@@ -1,6 +1,7 @@
 """The exporters as a user runs them: --help, and a config that does not fit.
 
-Each test runs the real `python -m export.<program>` in a subprocess.
+Each test runs the real `python -m export.<program>` (in-process:
+testing.run_program).
 Bugs these catch: the model flags defined in saved_model_io missing from
 `--help` (absl lists only the main module's key flags); an error followed by
 TensorFlow's "Value in checkpoint could not be found" warnings or a usage
@@ -9,8 +10,6 @@ dump (app.run + sys.exit instead of cli.run); a half-written export.
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -36,14 +35,12 @@ def checkpoint(tmp_path_factory):
 
 
 def test_help_lists_the_model_flags():
-  env = dict(os.environ, PYTHONPATH=testing.CHILD_PATH, TF_CPP_MIN_LOG_LEVEL="2")
-  procs = [subprocess.Popen([sys.executable, "-m", program, "--help"],
-                            cwd=testing.ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-           for program in PROGRAMS]  # Both at once: each imports TensorFlow.
-  for program, proc in zip(PROGRAMS, procs):
-    out, _ = proc.communicate(timeout=300)
+  for program in PROGRAMS:
+    proc = testing.run_program(program, ["--help"], check=False,
+                               merge_stderr=True)
+    out = proc.stdout
     # absl's --help exits with status 1 after printing the usage.
+    assert proc.returncode == 1, out[-2000:]
     for flag in MODEL_FLAGS + ("--export_dir",):
       assert f"  {flag}:" in out, f"{program} --help lacks {flag}:\n{out}"
     assert "--helpfull" in out

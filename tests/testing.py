@@ -156,8 +156,10 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   (runpy): the program defines its flags afresh, parses `argv` and runs
   `main` as on a command line. Returns a subprocess.CompletedProcess with
   the exit status and what the program printed from Python (stdout, stderr,
-  absl logging); a traceback is printed to its stderr as Python would, and
-  is status 1.
+  what the logging handlers of absl and TensorFlow wrote); a traceback is
+  printed to its stderr as Python would, and is status 1. What C++ writes
+  to the file descriptors (TensorFlow's start-up lines) is not captured:
+  the tests of that output run processes.
 
   For what the process itself decides, use `run_cli` (a real process):
   start-up (imports, TensorFlow's settings made before it starts: oneDNN,
@@ -167,6 +169,8 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   directory, for the run's duration."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import io  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
+  import random  # pylint: disable=g-import-not-at-top
   import runpy  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
   import traceback  # pylint: disable=g-import-not-at-top
@@ -174,6 +178,7 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   from absl import flags  # pylint: disable=g-import-not-at-top
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   import keras  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   from official_bert import cli  # pylint: disable=g-import-not-at-top
   from official_bert.training import preemption  # pylint: disable=g-import-not-at-top
 
@@ -190,15 +195,25 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   os.environ.update(env or {})
   saved_argv, saved_cwd = list(sys.argv), os.getcwd()
   saved_fail, saved_sigterm = cli.fail, signal.getsignal(signal.SIGTERM)
-  handler = absl_logging.get_absl_handler().python_handler
-  saved_stream = handler.stream
+  # Every logging handler that writes to a stream (absl's, TensorFlow's)
+  # writes to the run's stderr meanwhile, as a process's would.
+  handlers = [h for logger in [logging.getLogger()] + [
+      logging.getLogger(name) for name in logging.Logger.manager.loggerDict]
+              for h in getattr(logger, "handlers", ())
+              if type(h) is logging.StreamHandler or  # pylint: disable=unidiomatic-typecheck
+              isinstance(h, absl_logging.PythonHandler)]
+  handlers.append(absl_logging.get_absl_handler().python_handler)
+  saved_streams = [(h, h.stream) for h in set(handlers)]
+  saved_policy = keras.mixed_precision.global_policy()
+  saved_random = random.getstate(), np.random.get_state()
   was_parsed = flags.FLAGS.is_parsed()
   removed = _program_flags_removed()
   keras.backend.clear_session()
   status = 0
   try:
     cli.fail = fail
-    handler.stream = err
+    for h, _ in saved_streams:
+      h.stream = err
     os.chdir(cwd)
     sys.argv[:] = [module] + argv  # runpy sets argv[0] to the module's file
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -221,7 +236,8 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
         status = 1
   finally:
     cli.fail = saved_fail
-    handler.stream = saved_stream
+    for h, stream in saved_streams:
+      h.stream = stream
     signal.signal(signal.SIGTERM, saved_sigterm)
     preemption.clear()
     os.chdir(saved_cwd)
@@ -230,6 +246,10 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
     os.environ.update(saved_env)
     _restore_flags(removed, was_parsed)
     keras.backend.clear_session()
+    # What a run sets for its process: the precision policy, the seeds.
+    keras.mixed_precision.set_global_policy(saved_policy)
+    random.setstate(saved_random[0])
+    np.random.set_state(saved_random[1])
   proc = subprocess.CompletedProcess(
       ["-m", module] + argv, status, out.getvalue(),
       "" if merge_stderr else err.getvalue())
