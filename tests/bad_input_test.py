@@ -1,12 +1,13 @@
 """Bad input on the user's path: one sentence, the last line, exit 1.
 
-One real subprocess per case for the programs, and the detectors themselves
-in-process: binary text, stale quickstart stages, log noise. A program finds
-bad flags and paths before it imports TensorFlow, in about a second instead
-of TensorFlow's start-up (4-7 s on 2 cores): each program case is run under
-`python -X importtime` and, but for those in `AFTER_TENSORFLOW`, must not
-have imported it (run_pretraining once started TensorFlow before its flag
-checks; this catches that).
+A program finds bad flags and paths before it imports TensorFlow, in about
+a second instead of TensorFlow's start-up (4-7 s on 2 cores): each program
+case that must be found so runs as a real subprocess under
+`python -X importtime`, which must not have imported it (run_pretraining once
+started TensorFlow before its flag checks; this catches that). The cases
+found after TensorFlow starts (`AFTER_TENSORFLOW`, and the bad data and
+checkpoints below) run in-process (testing.run_cli), as do the detectors
+themselves: binary text, stale quickstart stages, log noise.
 """
 
 import os
@@ -23,9 +24,15 @@ from tests import testing
 BINARY = b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 64
 
 
-def _run_merged(args, timeout=180):
+def _run_merged(args, timeout=180, imports=True):
   """Runs `python -X importtime <args>`; returns (exit status, all output
-  lines in order but the import-time ones, the modules it imported)."""
+  lines in order but the import-time ones, the modules it imported). Without
+  `imports`, the program runs in this process (testing.run_cli) and the
+  modules are None."""
+  if not imports:
+    proc = testing.run_cli(args, check=False, merge_stderr=True)
+    return (proc.returncode,
+            [line for line in proc.stdout.splitlines() if line.strip()], None)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env["PYTHONPATH"] = testing.ROOT + os.pathsep + env.get("PYTHONPATH", "")
   proc = subprocess.run([sys.executable, "-X", "importtime"] + list(args),
@@ -45,7 +52,7 @@ def _assert_one_sentence(args, program, expected, before_tensorflow=False):
   """The contract; with `before_tensorflow`, also that the program found the
   error without importing TensorFlow (a check moved after TensorFlow's
   start-up still meets the rest of the contract, only slower)."""
-  status, lines, imported = _run_merged(args)
+  status, lines, imported = _run_merged(args, imports=before_tensorflow)
   testing.assert_one_sentence_last(status, lines, program, expected)
   output = "\n".join(lines)
   # No usage dump: the flag list never appears.
@@ -374,7 +381,8 @@ def test_token_ids_past_the_vocabulary_after_the_checked_records(files,
       for f in features.Instances.__dataclass_fields__})
   data = input_pipeline_test.write_records(tmp_path / "late.tfrecord", both)
   status, lines, _ = _run_merged(_pretraining_args(
-      f"{files}/bert_config.json", data, tmp_path / "out", steps=40))
+      f"{files}/bert_config.json", data, tmp_path / "out", steps=40),
+                                 imports=False)
   testing.assert_one_sentence_last(
       status, lines, "run_pretraining",
       f"--input_file={data} holds token id ")
@@ -418,7 +426,8 @@ def test_truncated_checkpoint_on_resume_falls_back_and_says_so(files,
       tmp_path / "d.tfrecord", input_pipeline_test.make_instances(16, seed=1))
   out = tmp_path / "out"
   config = f"{files}/bert_config.json"
-  status, lines, _ = _run_merged(_pretraining_args(config, data, out, steps=8))
+  status, lines, _ = _run_merged(_pretraining_args(config, data, out, steps=8),
+                                 imports=False)
   assert status == 0, lines[-5:]
 
   def cut(step):
@@ -428,7 +437,7 @@ def test_truncated_checkpoint_on_resume_falls_back_and_says_so(files,
 
   cut(8)
   status, lines, _ = _run_merged(
-      _pretraining_args(config, data, out, steps=12))
+      _pretraining_args(config, data, out, steps=12), imports=False)
   assert status == 0, lines[-5:]
   output = "\n".join(lines)
   assert (f"Warning: checkpoint ckpt-8: " in output and f"in {out} is "

@@ -150,8 +150,23 @@ class _ProgramExit(BaseException):
   """cli.fail inside run_program: the program's one sentence was printed."""
 
 
+def check_program_flags(module, argv):
+  """Parses `argv` as `python -m <module> <argv>` would, without running the
+  program: its own flag definitions (absl, defined by its `__main__` block
+  as in run_program; or its argparse `parse_args`) must accept every flag
+  and value. Returns the run_program result of the parse: status 0, or 1
+  with the program's one sentence."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  program = importlib.import_module(module)
+  if hasattr(program, "parse_args"):  # argparse (squad_evaluate)
+    return run_program(module, argv, check=False, merge_stderr=True,
+                       main=lambda: program.parse_args(sys.argv[1:]))
+  return run_program(module, argv, check=False, merge_stderr=True,
+                     parse_only=True)
+
+
 def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
-                cwd=ROOT):
+                cwd=ROOT, parse_only=False, main=None):
   """Runs `python -m <module> <argv>` in this process, as its `__main__`
   (runpy): the program defines its flags afresh, parses `argv` and runs
   `main` as on a command line. Returns a subprocess.CompletedProcess with
@@ -166,7 +181,9 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   the CPU allocator, logical devices, another Keras backend), signals,
   exit codes set by os._exit. `cli.fail` (which ends a process with
   os._exit) ends only the run here; `env` is set, and `cwd` is the working
-  directory, for the run's duration."""
+  directory, for the run's duration. With `parse_only`, `cli.run` and
+  `app.run` only parse the flags (check_program_flags); `main`, when given,
+  runs instead of the module."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import io  # pylint: disable=g-import-not-at-top
   import logging  # pylint: disable=g-import-not-at-top
@@ -175,6 +192,7 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   import signal  # pylint: disable=g-import-not-at-top
   import traceback  # pylint: disable=g-import-not-at-top
   import warnings  # pylint: disable=g-import-not-at-top
+  from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   import keras  # pylint: disable=g-import-not-at-top
@@ -195,6 +213,7 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   os.environ.update(env or {})
   saved_argv, saved_cwd = list(sys.argv), os.getcwd()
   saved_fail, saved_sigterm = cli.fail, signal.getsignal(signal.SIGTERM)
+  saved_run, saved_app_run = cli.run, app.run
   # Every logging handler that writes to a stream (absl's, TensorFlow's)
   # writes to the run's stderr meanwhile, as a process's would.
   handlers = [h for logger in [logging.getLogger()] + [
@@ -212,6 +231,8 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   status = 0
   try:
     cli.fail = fail
+    if parse_only:
+      cli.run = app.run = lambda *args, **kwargs: cli._parse_flags(sys.argv)  # pylint: disable=protected-access
     for h, _ in saved_streams:
       h.stream = err
     os.chdir(cwd)
@@ -223,7 +244,10 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
           # runpy warns, and runs it afresh as __main__ all the same.
           warnings.filterwarnings("ignore", "'.*' found in sys.modules",
                                   RuntimeWarning)
-          runpy.run_module(module, run_name="__main__", alter_sys=True)
+          if main:
+            main()
+          else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
       except _ProgramExit as e:
         status = e.args[0]
       except SystemExit as e:
@@ -235,7 +259,7 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
         traceback.print_exc(file=sys.stderr)
         status = 1
   finally:
-    cli.fail = saved_fail
+    cli.fail, cli.run, app.run = saved_fail, saved_run, saved_app_run
     for h, stream in saved_streams:
       h.stream = stream
     signal.signal(signal.SIGTERM, saved_sigterm)
