@@ -17,9 +17,14 @@ original's, so it is the greedy longest-match-first loop in Python;
 tests/python_tokenization_test.py checks BasicTokenizer + WordpieceTokenizer
 against FullTokenizer on the shared corpus.
 
-One difference, on bad input only: `load_vocab` (so `FullTokenizer`) rejects
-a missing or empty vocab file, or one without [PAD] [UNK] [CLS] [SEP] [MASK],
-with one sentence naming the file, where the original fails later or never.
+Like the original's, they take any vocabulary: one without [PAD] [UNK]
+[CLS] [SEP] [MASK] (such as the original's own test vocabulary, which lacks
+[PAD] and [MASK]) is tokenized by the original's two halves,
+`BasicTokenizer` then `WordpieceTokenizer`, a word it cannot cover being the
+string "[UNK]". The programs, which need those tokens, check for them
+(official_bert/data/tokenization.py). One difference, on bad input only:
+`load_vocab` rejects a missing or empty vocab file with one sentence naming
+the file, where the original fails later or never.
 """
 
 import collections
@@ -80,7 +85,8 @@ def load_vocab(vocab_file):
   """vocab.txt -> OrderedDict token -> id (line number; a repeated token keeps
   its last line's id, in its first line's place, as the original)."""
   vocab = collections.OrderedDict()
-  for index, token in enumerate(graph_tokenization.load_vocab(vocab_file)):
+  for index, token in enumerate(graph_tokenization.load_vocab(vocab_file,
+                                                              required=())):
     vocab[token] = index
   return vocab
 
@@ -124,13 +130,20 @@ class FullTokenizer:
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
-    self._graph = graph_tokenization.FullTokenizer(vocab_file, do_lower_case)
-    self._tokenize = tf.function(
-        self._graph.tokenize,
-        input_signature=[tf.TensorSpec([None], tf.string)])
+    # The graph tokenizer (the ids the data job, training and the exports
+    # see) needs the special tokens; without them, the original's two halves.
+    self._tokenize = None
+    if all(token in self.vocab for token in graph_tokenization.SPECIAL_TOKENS):
+      self._graph = graph_tokenization.FullTokenizer(vocab_file, do_lower_case)
+      self._tokenize = tf.function(
+          self._graph.tokenize,
+          input_signature=[tf.TensorSpec([None], tf.string)])
 
   def tokenize(self, text):
     """One text (str or UTF-8 bytes) -> list of WordPiece strings."""
+    if self._tokenize is None:
+      return [piece for word in self.basic_tokenizer.tokenize(text)
+              for piece in self.wordpiece_tokenizer.tokenize(word)]
     text = convert_to_unicode(text).encode("utf-8", "surrogatepass")
     ids = self._tokenize(tf.constant([text])).flat_values.numpy()
     return [self.inv_vocab[int(i)] for i in ids]

@@ -110,3 +110,48 @@ def test_agrees_with_the_graph_tokenizer_on_the_corpus():
       split = [piece for word in tokenizer.basic_tokenizer.tokenize(line)
                for piece in tokenizer.wordpiece_tokenizer.tokenize(word)]
       assert split == tokens, line
+
+
+# google-research/bert's tokenization_test.py, case by case: its vocabulary
+# has [UNK] [CLS] [SEP] and no [PAD] or [MASK], which the original accepts.
+ORIGINALS_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa",
+                   "un", "runn", "##ing", ","]
+
+
+def test_the_originals_full_tokenizer_case(tmp_path):
+  path = tmp_path / "vocab.txt"
+  path.write_text("".join(f"{token}\n" for token in ORIGINALS_VOCAB),
+                  encoding="utf-8")
+  tokenizer = tokenization.FullTokenizer(str(path))
+  tokens = tokenizer.tokenize("UNwant\u00e9d,running")
+  assert tokens == ["un", "##want", "##ed", ",", "runn", "##ing"]
+  assert tokenizer.convert_tokens_to_ids(tokens) == [7, 4, 5, 10, 8, 9]
+  # A word the vocabulary cannot cover is the original's [UNK] string.
+  assert tokenizer.tokenize("wants unwantedX") == ["[UNK]", "[UNK]"]
+  assert tokenizer.convert_tokens_to_ids(["[UNK]"]) == [0]
+  # Without [UNK] too, as the original: tokens still come out.
+  no_unk = tmp_path / "no_unk.txt"
+  no_unk.write_text("want\n##ed\n", encoding="utf-8")
+  assert tokenization.FullTokenizer(str(no_unk)).tokenize("wanted xyz") == [
+      "want", "##ed", "[UNK]"]
+
+
+def test_the_originals_basic_and_wordpiece_cases():
+  assert tokenization.BasicTokenizer().tokenize("ah\u535a\u63a8zz") == [
+      "ah", "\u535a", "\u63a8", "zz"]
+  lower = tokenization.BasicTokenizer(do_lower_case=True)
+  assert lower.tokenize(" \tHeLLo!how  \n Are yoU?  ") == [
+      "hello", "!", "how", "are", "you", "?"]
+  assert lower.tokenize("H\u00e9llo") == ["hello"]
+  assert tokenization.BasicTokenizer(do_lower_case=False).tokenize(
+      " \tHeLLo!how  \n Are yoU?  ") == ["HeLLo", "!", "how", "Are", "yoU",
+                                         "?"]
+  vocab = {token: i for i, token in enumerate(ORIGINALS_VOCAB[:-1])}
+  wordpiece = tokenization.WordpieceTokenizer(vocab=vocab)
+  assert wordpiece.tokenize("") == []
+  assert wordpiece.tokenize("unwanted running") == [
+      "un", "##want", "##ed", "runn", "##ing"]
+  assert wordpiece.tokenize("unwantedX running") == ["[UNK]", "runn",
+                                                     "##ing"]
+  assert tokenization.convert_tokens_to_ids(
+      vocab, ["un", "##want", "##ed", "runn", "##ing"]) == [7, 4, 5, 8, 9]

@@ -58,12 +58,13 @@ _KEEP_DELIMITERS = _PUNCTUATION + "|" + _CJK
 _DELIMITERS = " +|" + _KEEP_DELIMITERS
 
 
-def load_vocab(vocab_file):
+def load_vocab(vocab_file, required=SPECIAL_TOKENS):
   """Reads a vocab.txt (one token per line, id = line number) into a list.
 
   Raises:
     ValueError: one sentence naming the file and the fix, when the file is
-      missing, empty, or lacks one of SPECIAL_TOKENS.
+      missing, empty, or lacks one of the `required` tokens (by default
+      SPECIAL_TOKENS, which the data job, masking and the exports use).
   """
   if not tf.io.gfile.exists(vocab_file):
     raise ValueError(
@@ -91,7 +92,7 @@ def load_vocab(vocab_file):
     raise ValueError(
         f"Vocabulary file {vocab_file} is empty; pass a BERT vocab.txt with "
         f"one token per line.")
-  missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+  missing = [token for token in required if token not in vocab]
   if missing:
     raise ValueError(
         f"Vocabulary file {vocab_file} lacks the special token(s) "
