@@ -1,5 +1,6 @@
 """Invariants of tfrecords/instances.py on real text (the pydocs corpus)."""
 
+import dataclasses
 import random
 
 import numpy as np
@@ -373,3 +374,63 @@ def test_full_sentences_without_next_sentence_prediction(corpus, whole_word,
   assert np.all(positions < length[rows])
   # Every candidate position is drawn: the predictions reach the last ones.
   assert np.any(positions == length[rows] - 2)
+
+
+def _document_of_tokens(window):
+  """Document index of each token position of window.tokens."""
+  sentences = np.repeat(np.arange(len(window.document_sizes)),
+                        window.document_sizes)
+  return np.repeat(sentences, window.sentence_lengths)
+
+
+def test_random_next_segments_come_from_another_document():
+  """Checked on the spans directly: every B of a random-next instance lies
+  in one document other than A's, and every actual-next B follows A in A's
+  own document. Bug caught: a random B drawn from A's document (caught
+  before only because a fraction fell just under its bound)."""
+  window = _short_documents(n_docs=60, seed=4)
+  documents = _document_of_tokens(window)
+  options = instances.InstanceOptions(vocab_size=20000, cls_id=2, sep_id=3,
+                                      mask_id=4, max_seq_length=24)
+  spans, random_next = [], 0
+  for dupe in range(3):
+    instances._segments(window, options, dupe, spans)  # pylint: disable=protected-access
+  for a_start, a_len, b_start, b_len, is_random in spans:
+    (doc_a,) = set(documents[a_start:a_start + a_len])
+    (doc_b,) = set(documents[b_start:b_start + b_len])
+    if is_random:
+      random_next += 1
+      assert doc_b != doc_a, (a_start, b_start, doc_a)
+    else:
+      assert doc_b == doc_a and b_start >= a_start + a_len
+  assert 0.3 * len(spans) < random_next < 0.9 * len(spans), (
+      random_next, len(spans))
+
+
+def test_seeds_differ_by_window_stream_and_dupe():
+  """The seed the data job and the Beam job share (so their equality test
+  cannot see a bug in it): each window, stream and dupe pass draws its own
+  numbers, and the random seed changes all of them. Bug caught: a dupe pass
+  (or a stream, or a window) that repeats another's draws."""
+  options = instances.InstanceOptions(vocab_size=99, cls_id=2, sep_id=3,
+                                      mask_id=4)
+  draws = {}
+  for window in range(3):
+    for stream in (instances._SHUFFLE, instances._MASK, instances._BUILD):  # pylint: disable=protected-access
+      for dupe in range(3):
+        state = instances._seed(options, window, stream, dupe)  # pylint: disable=protected-access
+        draws[(window, stream, dupe)] = tuple(
+            state.generate_state(4, np.uint64))
+  assert len(set(draws.values())) == len(draws)
+  other = dataclasses.replace(options, random_seed=options.random_seed + 1)
+  assert tuple(instances._seed(other, 0, instances._BUILD, 0)  # pylint: disable=protected-access
+               .generate_state(4, np.uint64)) != draws[(0, instances._BUILD, 0)]  # pylint: disable=protected-access
+  # The dupe passes of a window build different instances.
+  window = _short_documents(n_docs=60, seed=4)
+  passes = []
+  for dupe in range(2):
+    spans = []
+    instances._segments(window, dataclasses.replace(options, max_seq_length=24),  # pylint: disable=protected-access
+                        dupe, spans)
+    passes.append(spans)
+  assert passes[0] != passes[1]
