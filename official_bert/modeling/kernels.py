@@ -33,7 +33,8 @@ the rate rounded to a multiple of 1/65536, and its gradient is its
 keep-and-scale factor; the variables, and so the checkpoints, do not depend
 on the choice. What the fast kernels gain, and what they cost under XLA, is
 measured by
-`benchmarks/pretraining_benchmark.py` (history in docs/performance.md).
+`benchmarks/pretraining_benchmark.py` (history in docs/performance.md's git
+log).
 
 `resolve()` is how a program chooses, before it builds the model.
 """

@@ -21,8 +21,8 @@ TensorFlow turns its oneDNN rewrites on by itself only on some CPUs (Intel's
 with AVX-512 VNNI and newer); elsewhere, e.g. on an AMD EPYC with AVX2 only,
 a MatMul runs as Eigen's contraction over small oneDNN GEMM blocks, and the
 steady fine-tuning step on texts near 128 WordPieces was 1.2x slower than
-with the rewrites on (docs/performance.md, 2026-11-27). A user's own
-TF_ENABLE_ONEDNN_OPTS (e.g. `0`) wins.
+with the rewrites on (2026-11-27; docs/performance.md's git log holds the
+run). A user's own TF_ENABLE_ONEDNN_OPTS (e.g. `0`) wins.
 """
 
 import os

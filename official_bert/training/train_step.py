@@ -24,7 +24,7 @@ What XLA compiles:
 Which kernels the model itself runs is the model's own choice, made by the
 program that built it: this module traces whatever the model is and imports
 no model code. benchmarks/pretraining_benchmark.py measures the effect of
-each choice; docs/performance.md has the history.
+each choice; the git log of docs/performance.md has the history.
 """
 
 import dataclasses
