@@ -365,16 +365,16 @@ def test_init_checkpoint_warm_starts_phase2_from_phase1_and_tf1(
   os.remove(tmp_path / "uncased_L-2_H-32" / "checkpoint")
 
   def phase2(name, init, **overrides):
-    return _popen(_flags(
+    return testing.run_cli(_flags(
         setup, tmp_path / name, input_file=tmp_path / "long.tfrecord",
         max_seq_length=12, max_predictions_per_seq=5, num_train_steps=2,
         num_warmup_steps=0, learning_rate=0, init_checkpoint=init,
-        **overrides))
+        **overrides), check=False)
 
   procs = {"from_phase1": phase2("from_phase1", phase1),
            "from_tf1": phase2("from_tf1", tmp_path / "uncased_L-2_H-32"),
            "bad": phase2("bad", tmp_path / "nowhere" / "ckpt-8")}
-  results = {name: proc.communicate(timeout=300)
+  results = {name: (proc.stdout, proc.stderr)
              for name, proc in procs.items()}
   out, err = results.pop("bad")
   assert procs.pop("bad").returncode != 0 and "Traceback" not in err
@@ -435,11 +435,8 @@ def test_without_next_sentence_prediction_trains_evaluates_and_exports(
       "tfhub": ["-m", "export.export_tfhub", "--seq_length=8"],
       "huggingface": ["-m", "export.export_checkpoint", "--format=huggingface"],
       "google_tf1": ["-m", "export.export_checkpoint", "--format=google_tf1"]}
-  procs = {name: _popen(args + model + [f"--export_dir={tmp_path / name}"])
-           for name, args in exports.items()}
-  for name, p in procs.items():
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, (name, err[-3000:])
+  for name, args in exports.items():
+    testing.run_cli(args + model + [f"--export_dir={tmp_path / name}"])
   assert (tmp_path / "tfhub" / "encoder").is_dir()
   assert os.listdir(tmp_path / "saved_model") == ["1"]
   config = json.load(open(tmp_path / "huggingface" / "config.json"))
