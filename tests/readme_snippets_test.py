@@ -427,10 +427,12 @@ def _run_sh(name, world):
   for command in commands:
     if command.lstrip().startswith("#"):
       continue
-    unquoted = re.sub(r"'[^']*'", "", command)
-    if _PLAIN_COMMAND.fullmatch(command) and not re.search(r"[*?\[]",
-                                                           unquoted):
-      words = shlex.split(command)
+    # A trailing comment (`  # -> where it writes`) is no part of it.
+    plain = re.sub(r"\s+#[^'\"]*$", "", command)
+    unquoted = re.sub(r"'[^']*'", "", plain)
+    if _PLAIN_COMMAND.fullmatch(plain) and not re.search(r"[*?\[]",
+                                                         unquoted):
+      words = shlex.split(plain)
       proc = testing.run_program(words[2], words[3:], check=False,
                                  merge_stderr=True)
     else:
