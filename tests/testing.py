@@ -216,9 +216,10 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   saved_run, saved_app_run = cli.run, app.run
   # Every logging handler that writes to a stream (absl's, TensorFlow's)
   # writes to the run's stderr meanwhile, as a process's would.
-  handlers = [h for logger in [logging.getLogger()] + [
-      logging.getLogger(name) for name in logging.Logger.manager.loggerDict]
-              for h in getattr(logger, "handlers", ())
+  loggers = [logging.getLogger()] + [
+      logger for logger in logging.Logger.manager.loggerDict.values()
+      if isinstance(logger, logging.Logger)]  # not the placeholders
+  handlers = [h for logger in loggers for h in logger.handlers
               if type(h) is logging.StreamHandler or  # pylint: disable=unidiomatic-typecheck
               isinstance(h, absl_logging.PythonHandler)]
   handlers.append(absl_logging.get_absl_handler().python_handler)
