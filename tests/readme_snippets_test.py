@@ -413,6 +413,17 @@ def _log_cpu(name, start):
 _PLAIN_COMMAND = re.compile(r"python -m [\w.]+( [^$`|&;<>(){}\\]*)?")
 
 
+def _program_words(command):
+  """The words of `command` when it is a plain `python -m <program> ...`
+  (bash would only split it into words: a trailing comment dropped, no
+  unquoted glob), else None."""
+  plain = re.sub(r"\s+#[^'\"]*$", "", command)  # `  # -> where it writes`
+  unquoted = re.sub(r"'[^']*'", "", plain)
+  if not _PLAIN_COMMAND.fullmatch(plain) or re.search(r"[*?\[]", unquoted):
+    return None
+  return shlex.split(plain)
+
+
 def _run_sh(name, world):
   """Runs block `name` from the repo root, command by command, stopping at
   the first that fails; returns their output. `python -m <program> ...`
@@ -427,12 +438,8 @@ def _run_sh(name, world):
   for command in commands:
     if command.lstrip().startswith("#"):
       continue
-    # A trailing comment (`  # -> where it writes`) is no part of it.
-    plain = re.sub(r"\s+#[^'\"]*$", "", command)
-    unquoted = re.sub(r"'[^']*'", "", plain)
-    if _PLAIN_COMMAND.fullmatch(plain) and not re.search(r"[*?\[]",
-                                                         unquoted):
-      words = shlex.split(plain)
+    words = _program_words(command)
+    if words:
       proc = testing.run_program(words[2], words[3:], check=False,
                                  merge_stderr=True)
     else:
@@ -456,8 +463,8 @@ def _check_flags(name, world):
               _commands(_substitute(_block(name), world))
               if not command.lstrip().startswith("#")]
   for command in commands:
-    assert _PLAIN_COMMAND.fullmatch(command), command
-    words = shlex.split(command)
+    words = _program_words(command)
+    assert words, command
     proc = testing.check_program_flags(words[2], words[3:])
     assert proc.returncode == 0, f"{command}\n---\n{proc.stdout[-3000:]}"
   return commands
