@@ -229,7 +229,7 @@ def _run(config, pool, start):
       while len(pending) > limit:
         index, future = pending.popleft()
         try:
-          result = future.result()
+          result = future.result() if pool is None else pool.result(future)
         except worker_pool.BrokenPool:
           raise InputError(_died(config, pool, index)) from None
         if result.index == 0:

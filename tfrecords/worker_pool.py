@@ -12,7 +12,11 @@ context whose processes
     replace one), so the hiding wraps each start, not just the pool's
     creation;
   * are remembered, so a broken pool can be told apart by exit status
-    (`death()`: "pid 1234 was killed by SIGKILL").
+    (`death()`: "pid 1234 was killed by SIGKILL"), and so a dead worker is
+    seen by the caller itself (`result()`): CPython's executor finds it only
+    when its own thread is free, and that thread waits forever for the rest
+    of a result whose sender was killed while sending it (CPython 3.11, a
+    large result: the OOM killer's SIGKILL mid-send hung the data job).
 
 This module imports nothing heavy: a spawned worker unpickles its Process
 object, so it imports this module before anything else.
@@ -88,6 +92,15 @@ class Pool:
   def submit(self, fn, *args):
     return self._executor.submit(fn, *args)
 
+  def result(self, future, poll_seconds=0.5):
+    """`future.result()`, or BrokenPool as soon as a worker has died."""
+    while True:
+      try:
+        return future.result(timeout=poll_seconds)
+      except concurrent.futures.TimeoutError:
+        if any(p.exitcode is not None for p in self._context.started):
+          raise BrokenPool("a worker process died") from None
+
   def death(self):
     """Which worker died and how, e.g. "process 1234 was killed by SIGKILL".
 
@@ -121,6 +134,12 @@ class Pool:
       for process in self._context.started:
         if process.exitcode is None:
           process.kill()
+      for process in self._context.started:
+        process.join()
+      # With every worker gone, this process holds the last writing end of
+      # the results pipe: closing it ends, with EOF, the executor thread's
+      # wait for a result cut off mid-message, so shutdown can join it.
+      self._executor._result_queue._writer.close()  # pylint: disable=protected-access
     self._executor.shutdown(wait=True, cancel_futures=True)
     for process in self._context.started:
       process.join()
