@@ -25,6 +25,7 @@ from absl import flags
 import tensorflow as tf
 
 from official_bert.training import checkpoints
+from official_bert import atomic_io
 from official_bert import configs
 from official_bert import disk_full
 from official_bert.modeling import pretrainer as pretrainer_lib
@@ -174,8 +175,9 @@ def atomic_dir(path, what="the export"):
   """
   parent = os.path.dirname(path)
   os.makedirs(parent, exist_ok=True)
-  tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-"
-                     f"{os.getpid()}-{secrets.token_hex(4)}")
+  prefix = f".{os.path.basename(path)}.tmp-"
+  atomic_io.remove_stale(parent, prefix)  # a killed export's
+  tmp = os.path.join(parent, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
   with disk_full.writing(path, what):
     os.mkdir(tmp)
   try:

@@ -16,6 +16,7 @@ through the rename table of `checkpoint_names.py`; `convert_checkpoint.py`
 turns one into the project format once, for tools that only resolve paths.
 """
 
+import glob
 import math
 import os
 import shutil
@@ -158,6 +159,11 @@ class TrainingCheckpoints:
     left (TensorFlow's `ckpt-<step>_temp/`, a half `ckpt-<step>`), so the
     latest checkpoint stays the last complete one and a rerun resumes there.
     """
+    # A save runs to its end before the next: a `_temp` directory here is
+    # a killed run's (SIGKILL), left for the rerun to remove.
+    for path in glob.glob(os.path.join(glob.escape(self._directory),
+                                       "ckpt-*_temp")):
+      shutil.rmtree(path, ignore_errors=True)
     with writing(self.checkpoint, os.path.join(self._directory,
                                                 f"ckpt-{step}")):
       path = self.manager.save(checkpoint_number=step)
