@@ -17,6 +17,7 @@ rerun does not resume from the last good one to the same weights; a data
 job whose rerun does not give the bytes of an undisturbed run.
 """
 
+import errno
 import glob
 import json
 import os
@@ -28,6 +29,7 @@ import time
 
 import pytest
 
+from official_bert import disk_full
 from tests import testing
 
 PRETRAIN = "official_bert.run_pretraining"
@@ -249,6 +251,26 @@ def test_small_file_writer_stops_in_one_sentence_without_half_file(runs):
   _assert_full(results["vocab_full"], "learn_vocab", "output_file",
                f"{root}/vocab/vocab.txt")
   assert results["vocab_full"]["files"] == []  # no half vocab.txt, no .tmp
+
+
+@pytest.mark.parametrize("number,why,advice", [
+    (errno.ENOSPC, "the disk is full (", "free space on that disk"),
+    (errno.EDQUOT, "the disk quota is used up", "free space within the quota"),
+    (errno.EFBIG, "the file size limit (ulimit -f) was reached",
+     "raise the limit"),
+    (errno.EIO, "Input/output error", "check the disk"),
+])
+def test_each_errno_has_its_reason_and_advice(tmp_path, number, why, advice):
+  """The errnos a real limit here cannot produce (a full disk, a quota)."""
+  path = str(tmp_path / "out.txt")
+  with pytest.raises(disk_full.WriteFailed) as raised:
+    with disk_full.writing(path, "the file", needed=2_500_000):
+      raise OSError(number, os.strerror(number))
+  assert raised.value.sentence("output_file") == (
+      f"cannot write the file {path}: {why}"
+      + raised.value.why[len(why):] + " (it needs about 2.5 MB); "
+      f"{advice} or point --output_file at another disk.")
+  assert raised.value.why.startswith(why)
 
 
 if __name__ == "__main__":
