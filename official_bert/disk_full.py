@@ -102,7 +102,7 @@ def _size(n):
 
 
 def _free(path):
-  """' (N MB free)' for the disk holding `path`, or ''."""
+  """', N MB free' for the disk holding `path`, or ''."""
   directory = os.path.dirname(os.path.abspath(path))
   while directory and not os.path.isdir(directory):
     directory = os.path.dirname(directory)
@@ -110,7 +110,7 @@ def _free(path):
     stat = os.statvfs(directory)
   except OSError:
     return ""
-  return f" ({_size(stat.f_bavail * stat.f_frsize)} free)"
+  return f", {_size(stat.f_bavail * stat.f_frsize)} free"
 
 
 def from_error(error, what="a file", path=None, needed=None):

@@ -254,7 +254,7 @@ def test_small_file_writer_stops_in_one_sentence_without_half_file(runs):
 
 
 @pytest.mark.parametrize("number,why,advice", [
-    (errno.ENOSPC, "the disk is full (", "free space on that disk"),
+    (errno.ENOSPC, "the disk is full, ", "free space on that disk"),
     (errno.EDQUOT, "the disk quota is used up", "free space within the quota"),
     (errno.EFBIG, "the file size limit (ulimit -f) was reached",
      "raise the limit"),
