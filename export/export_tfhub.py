@@ -14,6 +14,7 @@ Each directory appears only when complete.
 
 import json
 import os
+import shutil
 import time
 
 from absl import flags
@@ -64,7 +65,11 @@ def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,
   preprocessor = tfhub_modules.PreprocessorModule(vocab_file, do_lower_case,
                                                   seq_length)
   log(f"writing {preprocessor_path}")
-  saved_model_io.atomic_save(preprocessor, preprocessor_path)
+  try:
+    saved_model_io.atomic_save(preprocessor, preprocessor_path)
+  except BaseException:  # a full disk: both modules, or neither
+    shutil.rmtree(encoder_path, ignore_errors=True)
+    raise
   return encoder_path, preprocessor_path, mlm_head is not None
 
 

@@ -25,7 +25,9 @@ from absl import flags
 import tensorflow as tf
 
 from official_bert.training import checkpoints
+from official_bert import atomic_io
 from official_bert import configs
+from official_bert import disk_full
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.data import tokenization
 
@@ -161,9 +163,10 @@ def check_vocab(vocab_file, vocab_size):
 
 
 @contextlib.contextmanager
-def atomic_dir(path):
+def atomic_dir(path, what="the export"):
   """Yields a hidden directory beside `path`, renamed to `path` when the
-  block ends without error and removed otherwise.
+  block ends without error and removed otherwise; a full disk meanwhile
+  raises disk_full.WriteFailed naming `what` and `path`.
 
   Hidden and non-numeric, so neither TF Serving's version scan nor a reader
   looking for `path` mistakes it for a finished export. os.mkdir, not
@@ -172,12 +175,16 @@ def atomic_dir(path):
   """
   parent = os.path.dirname(path)
   os.makedirs(parent, exist_ok=True)
-  tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-"
-                     f"{os.getpid()}-{secrets.token_hex(4)}")
-  os.mkdir(tmp)
+  prefix = f".{os.path.basename(path)}.tmp-"
+  atomic_io.remove_stale(parent, prefix)  # a killed export's
+  tmp = os.path.join(parent, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
+  with disk_full.writing(path, what):
+    os.mkdir(tmp)
   try:
-    yield tmp
-    os.rename(tmp, path)
+    with disk_full.writing(path, what, only_full=True):  # it reads too
+      yield tmp
+    with disk_full.writing(path, what):
+      os.rename(tmp, path)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -200,7 +207,7 @@ def atomic_save(obj, export_path, signatures=None, after_save=None):
   if tf.io.gfile.exists(export_path):
     raise ValueError(f"export path {export_path} already exists; remove it "
                      "or choose another path")
-  with atomic_dir(export_path) as tmp:
+  with atomic_dir(export_path, "the SavedModel") as tmp:
     tf.saved_model.save(obj, tmp, signatures=signatures)
     if after_save is not None:
       after_save(tmp)

@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from official_bert import atomic_io
+from official_bert import disk_full
 
 
 class Error(Exception):
@@ -102,15 +103,42 @@ def _parse_flags(argv):
 
 
 def run(main):
-  """`app.run(main)` where a UsageError or cli.Error is one sentence."""
+  """`app.run(main)` where a UsageError or cli.Error is one sentence, and so
+  is a write that failed (a full disk: disk_full.py), naming the flag that
+  chose the path."""
 
   def guarded(argv):
     try:
       return main(argv)
     except (app.UsageError, Error) as e:
       fail(str(e))
+    except disk_full.WriteFailed as e:
+      fail(e.sentence(_flag_for(e.path)))
+    except Exception as e:  # pylint: disable=broad-except
+      if disk_full.reason(e) is None:
+        raise
+      failed = disk_full.from_error(e)
+      disk_full.clean_up_after(failed)
+      fail(failed.sentence(_flag_for(failed.path)))
 
   app.run(guarded, flags_parser=_parse_flags)
+
+
+def _flag_for(path):
+  """The flag whose value `path` is, or lies under (a directory), or
+  extends (a shard "-00000-of-00004", a suffix): the output flag that chose
+  it, or None."""
+  best, best_length = None, 0
+  path = os.path.abspath(path)
+  for name, value in flags.FLAGS.flag_values_dict().items():
+    if not isinstance(value, str) or not value or _remote(value):
+      continue
+    for part in value.split(","):
+      part = os.path.abspath(part.strip()) if part.strip() else ""
+      if (part and path.startswith(part) and len(part) > best_length and
+          path[len(part):len(part) + 1] in ("", os.sep, "-", ".")):
+        best, best_length = name, len(part)
+  return best
 
 
 def check_positive(flag_values, names):

@@ -184,8 +184,11 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
   if heads.startswith("encoder only"):
     # `model/encoder/...` as in a pretraining checkpoint, without the heads:
     # restore_encoder reads it, restore_model initialises the heads.
-    prefix = tf.train.Checkpoint(model=tf.train.Checkpoint(
-        encoder=model.encoder)).write(os.path.join(output_dir, PREFIX_NAME))
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(
+        encoder=model.encoder))
+    prefix = os.path.join(output_dir, PREFIX_NAME)
+    with checkpoints.writing(root, prefix):
+      prefix = root.write(prefix)
   else:
     prefix = checkpoints.save_model(model,
                                     os.path.join(output_dir, PREFIX_NAME))

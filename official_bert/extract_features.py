@@ -163,7 +163,7 @@ def main(argv):
   directory = os.path.dirname(os.path.abspath(FLAGS.output_file))
   os.makedirs(directory, exist_ok=True)
   start, last_report, n = time.time(), time.time(), len(examples)
-  with cli.atomic_open(FLAGS.output_file) as f:
+  with cli.atomic_open(FLAGS.output_file, what="the features") as f:
     for begin in range(0, n, FLAGS.batch_size):
       batch = {k: v[begin:begin + FLAGS.batch_size] for k, v in inputs.items()}
       layer_values, pooled = run(batch)

@@ -40,6 +40,7 @@ from absl import logging
 import numpy as np
 
 from official_bert import cli
+from official_bert import disk_full
 from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
@@ -101,7 +102,8 @@ class _Writers:
       parent = os.path.dirname(path)
       if parent:
         os.makedirs(parent, exist_ok=True)
-      raw = open(path + ".incomplete", "wb")
+      with self._writing(path):
+        raw = open(path + ".incomplete", "wb")  # pylint: disable=consider-using-with
       self._raw.append(raw)
       self._files.append(
           gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6,
@@ -112,7 +114,8 @@ class _Writers:
     """Appends framed records (lengths: their data lengths) round-robin."""
     n_files = len(self._files)
     if n_files == 1:
-      self._files[0].write(framed)
+      with self._writing(self.paths[0]):
+        self._files[0].write(framed)
       self.counts[0] += len(lengths)
       return
     ends = np.cumsum(lengths + 16).tolist()
@@ -122,22 +125,33 @@ class _Writers:
       parts[k].append(view[start:end])
       start, k = end, (k + 1) % n_files
     for f, i in zip(self._files, range(n_files)):
-      f.write(b"".join(parts[i]))
+      with self._writing(self.paths[i]):
+        f.write(b"".join(parts[i]))
       self.counts[i] += len(parts[i])
     self._next = k
 
-  def _close(self):
-    for f, raw in zip(self._files, self._raw):
-      f.close()
-      raw.close()
+  @staticmethod
+  def _writing(path):
+    """A full disk is one sentence naming the output (disk_full)."""
+    return disk_full.writing(path, "the pretraining data")
 
   def commit(self):
-    self._close()
+    for f, raw, path in zip(self._files, self._raw, self.paths):
+      with self._writing(path):
+        f.close()  # GZIP's trailer, buffered bytes
+        raw.close()
     for p in self.paths:
       os.replace(p + ".incomplete", p)
 
   def abort(self):
-    self._close()
+    """Closes and removes the files; a close that fails (the disk that
+    stopped the job is still full) does not keep them."""
+    for f, raw in zip(self._files, self._raw):
+      for stream in (f, raw):
+        try:
+          stream.close()
+        except OSError:
+          pass
     for p in self.paths:
       if os.path.exists(p + ".incomplete"):
         os.remove(p + ".incomplete")
@@ -187,7 +201,9 @@ def create_pretraining_data(config):
     failed = False
     return stats
   except InputError as e:
-    message = str(e)  # re-raised below without frames that hold the pool
+    error = InputError(str(e))  # re-raised below without frames that
+  except disk_full.WriteFailed as e:  # hold the pool
+    error = disk_full.WriteFailed(*e.args)
   finally:
     if pool is not None:
       pool.close(kill=failed)
@@ -196,7 +212,7 @@ def create_pretraining_data(config):
   # semaphore" warning printed after its error.
   del pool
   gc.collect()
-  raise InputError(message)
+  raise error
 
 
 def _run(config, pool, start):

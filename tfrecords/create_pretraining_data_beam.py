@@ -52,6 +52,7 @@ from apache_beam.options import pipeline_options
 import numpy as np
 
 from official_bert import cli
+from official_bert import disk_full
 from official_bert.data import features
 from tfrecords import documents
 from tfrecords import instances
@@ -164,6 +165,10 @@ class _WriteShard(beam.DoFn):
           f.write(_framed(batch))
       FileSystems.rename([temp], [final])
     except OSError as e:  # BeamIOError is one too
+      if disk_full.reason(e):  # the temp dir goes with the failed run
+        raise documents.InputError(disk_full.from_error(
+            e, "the pretraining data shard", final).sentence(
+                "output_file")) from None
       raise documents.InputError(
           f"--output_file={self._output_prefix}: shard {final} could not be "
           f"written on a Beam worker ({type(e).__name__}: {e}); choose an "

@@ -249,7 +249,8 @@ def main(argv):
                time.time() - learn_start,
                " ".join(vocab[len(reserved_tokens(f.num_unused)):][:40]))
 
-  cli.atomic_write(f.output_file, "".join(token + "\n" for token in vocab))
+  cli.atomic_write(f.output_file, "".join(token + "\n" for token in vocab),
+                   what="the vocabulary")
   print(f"learn_vocab: wrote {len(vocab)} tokens (asked for at most "
         f"{f.vocab_size}, {len(reserved_tokens(f.num_unused))} special) to "
         f"{f.output_file} from {len(lines)} lines, {sum(counts.values())} "

@@ -22,6 +22,7 @@ import shutil
 import tensorflow as tf
 
 from official_bert import cli
+from official_bert.training import checkpoints
 
 STATE = "best.json"
 
@@ -81,7 +82,9 @@ class BestCheckpoint:
       return {"step": step, "metric": self.metric, "value": value}
     old = self.state()
     os.makedirs(self.directory, exist_ok=True)
-    checkpoint.write(os.path.join(self.directory, name))
+    prefix = os.path.join(self.directory, name)
+    with checkpoints.writing(checkpoint, prefix):
+      checkpoint.write(prefix)
     state = {"step": step, "metric": self.metric, "value": value,
              "checkpoint": os.path.join(self.directory, name),
              "eval_results": {k: v for k, v in results.items()

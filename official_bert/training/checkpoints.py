@@ -16,12 +16,16 @@ through the rename table of `checkpoint_names.py`; `convert_checkpoint.py`
 turns one into the project format once, for tools that only resolve paths.
 """
 
+import glob
+import math
 import os
 import shutil
 
+import keras
 import tensorflow as tf
 
 from official_bert import cli
+from official_bert import disk_full
 from official_bert.training import checkpoint_names
 
 # Optimizer state and bookkeeping in original checkpoints: not weights.
@@ -149,8 +153,20 @@ class TrainingCheckpoints:
         "delete the ckpt-* files and the 'checkpoint' file to start over.")
 
   def save(self, step):
-    """Writes `ckpt-<step>` (on every worker: the save is collective)."""
-    path = self.manager.save(checkpoint_number=step)
+    """Writes `ckpt-<step>` (on every worker: the save is collective).
+
+    A full disk raises disk_full.WriteFailed after removing what the write
+    left (TensorFlow's `ckpt-<step>_temp/`, a half `ckpt-<step>`), so the
+    latest checkpoint stays the last complete one and a rerun resumes there.
+    """
+    # A save runs to its end before the next: a `_temp` directory here is
+    # a killed run's (SIGKILL), left for the rerun to remove.
+    for path in glob.glob(os.path.join(glob.escape(self._directory),
+                                       "ckpt-*_temp")):
+      shutil.rmtree(path, ignore_errors=True)
+    with writing(self.checkpoint, os.path.join(self._directory,
+                                                f"ckpt-{step}")):
+      path = self.manager.save(checkpoint_number=step)
     if self.worker_id is not None:
       shutil.rmtree(self._directory, ignore_errors=True)
     return path
@@ -163,7 +179,22 @@ def save_model(model, prefix):
   complete (TensorFlow writes them under temporary names, then renames).
   """
   os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-  return tf.train.Checkpoint(model=model).write(prefix)
+  checkpoint = tf.train.Checkpoint(model=model)
+  with writing(checkpoint, prefix):
+    return checkpoint.write(prefix)
+
+
+def writing(checkpoint, prefix):
+  """disk_full.writing for `checkpoint` written at `prefix`: a full disk
+  removes the write's leftovers and raises WriteFailed with the checkpoint's
+  size."""
+  def size():  # Keras 3's variables hold a tf.Variable without being one
+    return sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size
+               for v in tf.train.TrackableView(checkpoint).descendants()
+               if isinstance(v, (tf.Variable, keras.Variable)))
+  return disk_full.writing(
+      prefix, "the checkpoint", needed=size,
+      clean_up=lambda: disk_full.remove_checkpoint(prefix))
 
 
 def restore_encoder(encoder, path):

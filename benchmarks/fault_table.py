@@ -1,0 +1,353 @@
+r"""Every writer under two faults: a full disk, and SIGKILL then a rerun.
+
+Each writer runs first undisturbed (the reference), then:
+  * disk full: in a process whose file size limit (RLIMIT_FSIZE, SIGXFSZ
+    ignored, so a write past it fails with EFBIG as `ulimit -f` makes it)
+    is a fraction of the largest file the reference wrote; then rerun
+    without the limit;
+  * SIGKILL: killed as soon as its output location holds a file (its
+    temporary files count), then rerun.
+Each row: the last line printed, the exit status, the temporary files left
+(`*_temp`, `.tmp`, `.incomplete`, hidden) and the rerun's result against the
+reference. Real processes and real files, on tiny models (the tests'
+fixture sizes), so it runs in minutes on 2 cores.
+
+Usage:
+  python -m benchmarks.fault_table [--fractions=0.125,0.5] [--writers=...]
+"""
+
+import dataclasses
+import filecmp
+import glob
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+from absl import app
+from absl import flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+from tests import testing  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+flags.DEFINE_list("fractions", ["0.125", "0.5"],
+                  "File size limits, as fractions of the largest file the "
+                  "undisturbed run writes.")
+flags.DEFINE_list("writers", None, "Only these writers (default: all).")
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass
+class Writer:
+  name: str
+  module: str
+  argv: Callable  # (fixtures dir, output location) -> [flags]
+  output: str  # the output location, relative to the case's directory
+  # bytes: the same files with the same bytes as the undisturbed run;
+  # names: the same file names (a SavedModel's bytes vary); resume: where
+  # a trainer resumed.
+  compare: str = "names"
+  prepare: Callable = None  # (fixtures, case dir, reference dir) -> None
+  # SIGKILL when a new path under the case's directory holds one of these
+  # (default: any new path): a checkpoint being written.
+  kill_when: tuple = ()
+
+
+def _pretraining(fx, out, steps=4):
+  return ["--do_train", f"--input_file={fx}/part-*.tfrecord",
+          f"--output_dir={out}", f"--bert_config_file={fx}/bert_config.json",
+          f"--max_seq_length={testing.SEQ}", "--max_predictions_per_seq=3",
+          "--train_batch_size=4", f"--num_train_steps={steps}",
+          "--num_warmup_steps=2", "--learning_rate=1e-3", "--steps_per_loop=2",
+          "--save_checkpoints_steps=2"]
+
+
+def _resume_from_ckpt2(fx, case, reference):
+  """The case's output_dir starts with the reference's ckpt-2 alone."""
+  del fx
+  out = os.path.join(case, "out")
+  os.makedirs(out)
+  for path in glob.glob(os.path.join(reference, "out", "ckpt-2.*")):
+    shutil.copy(path, out)
+  with open(os.path.join(out, "checkpoint"), "w", encoding="utf-8") as f:
+    f.write('model_checkpoint_path: "ckpt-2"\n'
+            'all_model_checkpoint_paths: "ckpt-2"\n')
+
+
+def _classifier(fx, out):
+  return [f"--task_data_dir={fx}/task", f"--bert_config_file={fx}/cls.json",
+          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          "--label_column=part", "--max_seq_length=32", "--do_train",
+          "--do_eval", "--do_predict", "--train_batch_size=16",
+          "--num_train_epochs=1", "--steps_per_loop=2"]
+
+
+def _model_flags(fx):
+  return [f"--bert_config_file={fx}/bert_config.json",
+          f"--init_checkpoint={fx}/ckpt/ckpt-1",
+          f"--vocab_file={testing.TESTDATA}/export_vocab.txt"]
+
+
+def _data(fx, out):
+  return [f"--input_file={fx}/corpus.txt", f"--output_file={out}",
+          f"--vocab_file={testing.VOCAB}", "--max_seq_length=32",
+          "--max_predictions_per_seq=5", "--dupe_factor=2",
+          "--window_tokens=3000"]
+
+
+def _slug(name):
+  return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+TF1 = "export_checkpoint --format=google_tf1"
+WRITERS = [
+    Writer("create_pretraining_data", "tfrecords.create_pretraining_data",
+           lambda fx, out: _data(fx, out) + ["--num_workers=1"],
+           "out/data.tfrecord", compare="bytes"),
+    Writer("create_pretraining_data_beam",
+           "tfrecords.create_pretraining_data_beam",
+           lambda fx, out: _data(fx, out) + ["--num_output_shards=2"],
+           "out/data", compare="bytes"),
+    Writer("learn_vocab", "tfrecords.learn_vocab",
+           lambda fx, out: [f"--input_file={fx}/corpus.txt",
+                            f"--output_file={out}", "--vocab_size=300"],
+           "out/vocab.txt", compare="bytes"),
+    Writer("run_pretraining (resumed at ckpt-2)",
+           "official_bert.run_pretraining", _pretraining, "out",
+           compare="resume", prepare=_resume_from_ckpt2,
+           kill_when=("ckpt-4",)),
+    Writer("run_classifier", "official_bert.run_classifier", _classifier,
+           "out", compare="resume", kill_when=("ckpt-",)),
+    Writer("export_saved_model", "export.export_saved_model",
+           lambda fx, out: _model_flags(fx) + [
+               f"--export_dir={out}", f"--max_seq_length={testing.SEQ}"],
+           "out/serving"),
+    Writer("export_tfhub", "export.export_tfhub",
+           lambda fx, out: _model_flags(fx) + [
+               f"--export_dir={out}", f"--seq_length={testing.SEQ}"],
+           "out/hub"),
+    Writer("export_checkpoint --format=huggingface",
+           "export.export_checkpoint",
+           lambda fx, out: _model_flags(fx) + [
+               "--format=huggingface", f"--export_dir={out}"], "out/hf"),
+    Writer(TF1,
+           "export.export_checkpoint",
+           lambda fx, out: _model_flags(fx) + [
+               "--format=google_tf1", f"--export_dir={out}"], "out/tf1"),
+    Writer("convert_checkpoint", "official_bert.convert_checkpoint",
+           # The source: the google_tf1 export's undisturbed output.
+           lambda fx, out: [
+               f"--source={fx}/../{_slug(TF1)}_ref/out/tf1",
+               f"--output_dir={out}"], "out/converted"),
+    Writer("extract_features", "official_bert.extract_features",
+           lambda fx, out: _model_flags(fx) + [
+               f"--input_file={fx}/sentences.txt", f"--output_file={out}",
+               f"--max_seq_length={testing.SEQ}", "--layers=-1,-2"],
+           "out/features.jsonl", compare="bytes"),
+]
+
+
+def make_fixtures(fx):
+  """The tiny inputs every writer reads, in `fx`."""
+  from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
+  from tests import run_classifier_test  # pylint: disable=g-import-not-at-top
+  with open(testing.CORPUS, encoding="utf-8") as f:
+    lines = f.read().split("\n")[:600]
+  with open(f"{fx}/corpus.txt", "w", encoding="utf-8") as f:
+    f.write("\n".join(l if i % 20 else "" for i, l in enumerate(lines)))
+  with open(f"{fx}/sentences.txt", "w", encoding="utf-8") as f:
+    f.write("\n".join(l for l in lines[1:200] if l.strip()) + "\n")
+  for i in range(2):
+    input_pipeline_test.write_records(
+        f"{fx}/part-{i}.tfrecord",
+        input_pipeline_test.make_instances(24, seed=10 + i))
+  testing.tiny_config().to_json_file(f"{fx}/bert_config.json")
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=64
+                      ).to_json_file(f"{fx}/cls.json")
+  run_classifier_test.write_task(f"{fx}/task", per_class_train=40,
+                                 per_class_dev=10)
+  model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
+  checkpoints.save_model(model, f"{fx}/ckpt/ckpt-1")
+
+
+def _limit_files(limit):
+  def preexec():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if limit is not None:
+      _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+      resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), hard))
+  return preexec
+
+
+def _env():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  return env
+
+
+def run(writer, fx, case, limit=None):
+  """Runs `writer` with its output under `case`; (status, last line, output)."""
+  os.makedirs(os.path.dirname(os.path.join(case, writer.output)), exist_ok=True)
+  proc = subprocess.run(
+      [sys.executable, "-m", writer.module] + writer.argv(
+          fx, os.path.join(case, writer.output)),
+      cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True, preexec_fn=_limit_files(limit), timeout=600)
+  lines = [l for l in proc.stdout.splitlines() if l.strip()]
+  return proc.returncode, (lines[-1] if lines else ""), proc.stdout
+
+
+def run_killed(writer, fx, case):
+  """Starts `writer` and SIGKILLs it once `case` holds an output file;
+  (status, last line, what it left running). Its own process group: a
+  worker it started that outlives it is found (and then killed)."""
+  os.makedirs(os.path.dirname(os.path.join(case, writer.output)), exist_ok=True)
+  before = set(_files(case))
+  with subprocess.Popen(
+      [sys.executable, "-m", writer.module] + writer.argv(
+          fx, os.path.join(case, writer.output)),
+      cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True, start_new_session=True) as proc:
+    def new_paths():
+      return [p for p in set(_files(case)) - before
+              if not writer.kill_when or any(k in p for k in writer.kill_when)]
+    while proc.poll() is None and not new_paths():
+      time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1)
+    survivors = _group(proc.pid)
+    if survivors:
+      os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+  lines = [l for l in out.splitlines() if l.strip()]
+  left = (f"{len(survivors)} of its child processes still running 1 s "
+          "later" if survivors else "")
+  return proc.returncode, (lines[-1] if lines else ""), left
+
+
+def _group(pgid):
+  """The live processes of process group `pgid`."""
+  pids = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[2]) == pgid and fields[0] != "Z":
+      pids.append(int(pid))
+  return pids
+
+
+def _files(directory):
+  return [os.path.relpath(os.path.join(parent, n), directory)
+          for parent, dirs, files in os.walk(directory) for n in dirs + files]
+
+
+def _temporary(path):
+  return any(n.endswith(("_temp", ".incomplete")) or ".tmp" in n
+             or n.startswith((".", "beam-temp-")) for n in path.split(os.sep))
+
+
+def debris(case):
+  found = [path for path in _files(case) if _temporary(path)]
+  # A directory's contents are listed with it: show the top one.
+  tops = [p for p in found if not any(p.startswith(q + os.sep) for q in found)]
+  return ", ".join(sorted(tops)) or "none"
+
+
+def _largest_file(directory):
+  sizes = [os.path.getsize(os.path.join(directory, p)) for p in _files(directory)
+           if os.path.isfile(os.path.join(directory, p))]
+  return max(sizes)
+
+
+def _same_files(a, b, compare_bytes):
+  """Whether two output trees hold the same files (with the same bytes),
+  temporary ones aside (shown as debris)."""
+  fa = sorted(p for p in _files(a) if not _temporary(p))
+  fb = sorted(p for p in _files(b) if not _temporary(p))
+  if fa != fb or not compare_bytes:
+    return fa == fb
+  return all(filecmp.cmp(os.path.join(a, p), os.path.join(b, p), False)
+             for p in fa if os.path.isfile(os.path.join(a, p)))
+
+
+def rerun_result(writer, fx, case, reference):
+  status, last, out = run(writer, fx, case)
+  if status != 0:
+    return f"exit {status}: {last[:120]}"
+  if writer.compare == "resume":
+    resumed = [l for l in out.splitlines() if "Resumed from" in l]
+    return ("exit 0, " + (resumed[0].split("Resumed from ")[1].replace(
+        case + "/", "") if resumed else "from scratch")
+            + f"; debris {debris(case)}")
+  same = _same_files(os.path.join(reference, "out"),
+                     os.path.join(case, "out"), writer.compare == "bytes")
+  what = "bytes" if writer.compare == "bytes" else "files"
+  return (f"exit 0, {what} {'equal to' if same else 'DIFFER from'} the "
+          f"undisturbed run's; debris {debris(case)}")
+
+
+def _cell(text, width=200):
+  text = text.replace("|", "\\|").replace(ROOT, ".")
+  return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def main(argv):
+  del argv
+  work = tempfile.mkdtemp(prefix="fault_table_")
+  fx = os.path.join(work, "fixtures")
+  os.makedirs(fx)
+  make_fixtures(fx)
+  rows = []
+  for writer in WRITERS:
+    if FLAGS.writers and writer.name.split()[0] not in FLAGS.writers:
+      continue
+    reference = os.path.join(work, _slug(writer.name) + "_ref")
+    os.makedirs(reference)
+    status, last, _ = run(writer, fx, reference)
+    if status != 0:
+      rows.append((writer.name, "none (reference run)", last, status, "", ""))
+      continue
+    largest = _largest_file(reference)
+    faults = [(f"disk full at {float(f):g} of its largest file "
+               f"({largest * float(f) / 1000:.0f} KB)", largest * float(f))
+              for f in FLAGS.fractions] + [("SIGKILL mid-write", "kill")]
+    for k, (fault, limit) in enumerate(faults):
+      case = os.path.join(work, f"{_slug(writer.name)}_{k}")
+      os.makedirs(case)
+      if writer.prepare:
+        writer.prepare(fx, case, reference)
+      start = time.time()
+      running = ""
+      if limit == "kill":
+        status, last, running = run_killed(writer, fx, case)
+      else:
+        status, last, _ = run(writer, fx, case, limit)
+      left = debris(case) + (f"; {running}" if running else "")
+      rerun = rerun_result(writer, fx, case, reference)
+      rows.append((writer.name, fault, last.replace(case + "/", ""), status,
+                   left, rerun))
+      print(f"[fault_table] {writer.name}: {fault}: exit {status} "
+            f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
+  print("| writer | fault | last line | exit | debris left | rerun |")
+  print("|---|---|---|---|---|---|")
+  for row in rows:
+    print("| " + " | ".join(_cell(str(c)) for c in row) + " |")
+  shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
