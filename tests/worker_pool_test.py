@@ -5,9 +5,13 @@ import multiprocessing.queues
 import os
 import signal
 import struct
+import subprocess
+import sys
+import time
 
 import pytest
 
+from tests import testing
 from tfrecords import worker_pool
 
 
@@ -65,3 +69,42 @@ def test_results_come_back_in_order_of_their_futures():
     assert [pool.result(f) for f in futures] == [1, 2, 4, 8, 16]
   finally:
     pool.close()
+
+
+def test_workers_end_when_their_parent_is_killed():
+  """A data job SIGKILLed (by a user, by the OOM killer) leaves no worker
+  running: each watches the process that started it."""
+  code = ("import os, sys\n"
+          "from tfrecords import worker_pool\n"
+          "pool = worker_pool.Pool(2)\n"
+          "pool.result(pool.submit(os.getpid))\n"
+          "print(*[p.pid for p in pool._context.started], flush=True)\n"
+          "sys.stdin.read()\n")
+  proc = subprocess.Popen(
+      [sys.executable, "-c", code], cwd=testing.ROOT, stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE, text=True)
+  workers = set()
+  try:
+    workers = {int(pid) for pid in proc.stdout.readline().split()}
+    assert len(workers) == 2 and proc.pid not in workers, workers
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_running(p) for p in workers):
+      time.sleep(0.1)
+    assert not [p for p in workers if _running(p)]
+  finally:
+    proc.kill()
+    for pid in workers:  # left running (the test failed): they hold stdout
+      if _running(pid):
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def _running(pid):
+  """Alive and not a zombie."""
+  try:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False

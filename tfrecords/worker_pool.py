@@ -11,6 +11,8 @@ context whose processes
     module name). Processes are spawned on demand (on `submit`, also to
     replace one), so the hiding wraps each start, not just the pool's
     creation;
+  * end when the process that started them is gone (SIGKILLed, say): none
+    is left running for nothing, holding its memory;
   * are remembered, so a broken pool can be told apart by exit status
     (`death()`: "pid 1234 was killed by SIGKILL"), and so a dead worker is
     seen by the caller itself (`result()`): CPython's executor finds it only
@@ -29,6 +31,7 @@ import multiprocessing.context
 import os
 import signal
 import sys
+import threading
 import time
 
 BrokenPool = concurrent.futures.process.BrokenProcessPool
@@ -71,6 +74,22 @@ class _Context(multiprocessing.context.SpawnContext):
     return process
 
 
+def _watch_parent(parent, poll_seconds=0.5):
+  """In a worker: exits as soon as `parent` is no longer its parent."""
+  while os.getppid() == parent:
+    time.sleep(poll_seconds)
+  os._exit(1)  # pylint: disable=protected-access  # nothing of ours to flush
+
+
+def _start_worker(parent, initializer, initargs):
+  """A worker's first step: the parent watch, then the caller's
+  initializer."""
+  threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                   name="watch_parent").start()
+  if initializer is not None:
+    initializer(*initargs)
+
+
 class Pool:
   """`num_workers` spawned processes, each running `initializer(*initargs)`
   first; started now, so their start-up overlaps the caller's own imports.
@@ -83,8 +102,8 @@ class Pool:
     self.num_workers = num_workers
     self._context = _Context()
     self._executor = concurrent.futures.ProcessPoolExecutor(
-        num_workers, mp_context=self._context, initializer=initializer,
-        initargs=initargs)
+        num_workers, mp_context=self._context, initializer=_start_worker,
+        initargs=(os.getpid(), initializer, initargs))
     # Each submit spawns a process while none is idle: start them all.
     for _ in range(num_workers):
       self._executor.submit(os.getpid)
