@@ -56,12 +56,12 @@ def _accuracy(output_dir):
 
 
 def main():
+  sys.path.insert(0, ROOT)
+  from tools import long_document_task  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--work_dir", required=True)
-  parser.add_argument("--doc_pieces", type=int, default=800)
+  long_document_task.add_arguments(parser)
   parser.add_argument("--train_doc_pieces", type=int, default=48)
-  parser.add_argument("--train", type=int, default=400)
-  parser.add_argument("--dev", type=int, default=200)
   parser.add_argument("--max_seq_length", type=int, default=32)
   parser.add_argument("--doc_stride", type=int, default=16)
   parser.add_argument("--epochs", type=float, default=6)
@@ -69,14 +69,13 @@ def main():
   parser.add_argument("--learning_rate", type=float, default=1e-3)
   parser.add_argument("--seeds", default="12345,1,2")
   args = parser.parse_args()
-  sys.path.insert(0, ROOT)
-  from tools import long_document_task  # pylint: disable=g-import-not-at-top
   data = os.path.join(args.work_dir, "task")
   # Train from the short documents, dev from the long ones.
   long_document_task.write_task(data, args.train, 0, 2,
-                                args.train_doc_pieces)
+                                args.train_doc_pieces, args.seed)
   long_task = os.path.join(args.work_dir, "long")
-  long_document_task.write_task(long_task, 0, args.dev, 0, args.doc_pieces)
+  long_document_task.write_task(long_task, 0, args.dev, 0, args.doc_pieces,
+                                args.seed)
   os.replace(os.path.join(long_task, "dev.tsv"),
              os.path.join(data, "dev.tsv"))
   config = os.path.join(args.work_dir, "bert_config.json")

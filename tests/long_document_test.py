@@ -119,8 +119,9 @@ def test_windows_learn_beat_truncation_and_export_one_row_per_text(
   truncated = _accuracy(out / "eval_results.txt")
   assert windows >= 0.8 and windows > truncated + 0.1, (windows, truncated)
 
+  # The export's TF Text ops are registered: the run imported them
+  # (segment_packing).
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
   served = tf.saved_model.load(str(tmp_path / "serving" / "1")).signatures[
       "serving_default"]
   answer = served(text=tf.constant(tests))

@@ -72,17 +72,23 @@ def write_task(directory, train, dev, test, pieces, seed=0):
   return splits
 
 
+def add_arguments(parser):
+  """The task's sizes as flags (this program's and the benchmark's)."""
+  parser.add_argument("--doc_pieces", type=int, default=800,
+                      help="WordPieces of a document, about (3/4 to 5/4)")
+  parser.add_argument("--train", type=int, default=400)
+  parser.add_argument("--dev", type=int, default=200)
+  parser.add_argument("--seed", type=int, default=0)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--out_dir", required=True)
-  parser.add_argument("--doc_pieces", type=int, default=800)
-  parser.add_argument("--train", type=int, default=400)
-  parser.add_argument("--dev", type=int, default=200)
+  add_arguments(parser)
   parser.add_argument("--test", type=int, default=20)
   parser.add_argument("--first_window", type=int, default=126,
                       help="WordPieces of the first window (max_seq_length "
                       "- 2), for the truncation baseline")
-  parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
   write_task(args.out_dir, args.train, args.dev, args.test, args.doc_pieces,
              args.seed)
