@@ -158,3 +158,45 @@ def test_bad_input_is_one_sentence(tmp_path, train, flags_, match):
                                    "")
   assert re.search(match, lines[-1]), lines[-1]
   assert not os.path.exists(tmp_path / "out" / "ckpt-1.index")
+
+
+def test_multi_label_windows_train_per_window_and_predict_per_text(tmp_path):
+  """MultiLabelTask with doc_stride: each window gets its text's label row,
+  and evaluation combines each text's windows (a fake model here: a label's
+  logit is 1 in a window holding its word, else -1)."""
+  testing.require_shared_data()
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classification_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import multi_label_task  # pylint: disable=g-import-not-at-top
+  filler = " ".join(["the"] * 20)
+  (tmp_path / "train.tsv").write_text(
+      f"sentence\ttags\nbread {filler}\tfood\n{filler} piano\tmusic\n"
+      f"{filler} bread {filler} piano\tfood|music\nthe\t\n")
+  (tmp_path / "dev.tsv").write_text(
+      f"sentence\ttags\n{filler} {filler} piano\tmusic\nbread\tfood\n")
+  task = multi_label_task.MultiLabelTask(
+      classification_task.ClassificationConfig(
+          data_dir=str(tmp_path), output_dir=str(tmp_path / "out"),
+          label_column="tags", task_type="multi_label", do_train=True,
+          do_eval=True, doc_stride=5))
+  task.read()
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB)
+  task.encode(tokenizer, max_seq_length=10)
+  inputs, labels = task.train_data()
+  windows = task.window_text["train"]
+  # 21 and 41-piece texts: 1 + ceil((21 - 8) / 5) = 4 and 8 windows.
+  assert np.bincount(windows).tolist() == [4, 4, 8, 1]
+  assert task.num_train_examples == 17 and task.example_name == "windows"
+  expected = np.array([[1, 0], [0, 1], [1, 1], [0, 0]], np.float32)
+  np.testing.assert_array_equal(labels, expected[windows])
+  ids = tokenizer.convert_tokens_to_ids(["bread", "piano"])
+
+  def predict(batch):
+    holds = [(batch["input_word_ids"] == i).any(1) for i in ids]
+    return np.stack(holds, 1).astype(np.float32) * 2 - 1  # [W, 2]
+
+  result = task.evaluate(predict, step=3)
+  # max: each dev text's word is in one of its windows -> both right.
+  assert result["eval_subset_accuracy"] == 1.0
+  assert result["eval_micro_f1"] == 1.0
+  assert task.split_logits("dev", predict).tolist() == [[-1, 1], [1, -1]]
