@@ -81,7 +81,7 @@ def add_arguments(parser):
   parser.add_argument("--seed", type=int, default=0)
 
 
-def main():
+def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--out_dir", required=True)
   add_arguments(parser)
@@ -89,7 +89,11 @@ def main():
   parser.add_argument("--first_window", type=int, default=126,
                       help="WordPieces of the first window (max_seq_length "
                       "- 2), for the truncation baseline")
-  args = parser.parse_args()
+  return parser.parse_args(argv)
+
+
+def main():
+  args = parse_args()
   write_task(args.out_dir, args.train, args.dev, args.test, args.doc_pieces,
              args.seed)
   _, inside = rows(args.dev, args.doc_pieces, args.seed + 1,
