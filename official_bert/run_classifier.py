@@ -26,8 +26,9 @@ joined by --label_separator (tasks/multi_label_task.py: a sigmoid per
 label; eval_micro_f1, eval_macro_f1, eval_f1_<label>, eval_subset_accuracy;
 --tune_thresholds). `--doc_stride=N`: a text longer than --max_seq_length
 is read as windows N WordPieces apart whose logits are combined
-(--window_aggregation; tasks/classifier_windows.py), not truncated. The loop is the pretraining trainer's (`trainer.py`: any
-tf.distribute strategy, mixed precision, resume from --output_dir).
+(--window_aggregation; tasks/classifier_windows.py), not truncated. The
+loop is the pretraining trainer's (`trainer.py`: any tf.distribute
+strategy, mixed precision, resume from --output_dir).
 
 Writes to --output_dir: ckpt-<step> (model, optimizer, step; a rerun
 resumes), train/ summaries, flags.json, bert_config.json, label_list.json,

@@ -245,11 +245,14 @@ class ClassificationTask:
           + f"; {run_description}", flush=True)
     for split, (examples, inputs, _) in list(self.splits.items())[:1]:
       for i in range(min(2, len(examples))):
-        n = int(inputs["input_mask"][i].sum())
+        # The example's row, or with doc_stride its first window.
+        row = (i if self.windowing is None
+               else int(np.searchsorted(self.window_text[split], i)))
+        n = int(inputs["input_mask"][row].sum())
         print(f"{split} example {examples[i].where}: label "
               f"{examples[i].label!r} tokens "
               + " ".join(self.tokenizer.convert_ids_to_tokens(
-                  inputs["input_word_ids"][i][:n])), flush=True)
+                  inputs["input_word_ids"][row][:n])), flush=True)
 
   # ------------------------------------------------- model and losses ----
   def build_model(self, bert_config, kernels):
