@@ -10,7 +10,11 @@ same token ids (our tokenizer, the same vocab), the same hyperparameters
           SST-2-like rule label (a negative or error word in it), seq 128;
   long    texts near 128 WordPieces (consecutive sentences of a document),
           labelled by the half of the docs they come from, seq 128;
-  squad   the pydocs SQuAD task (tools/squad_task.py), windows of 384.
+  squad   the pydocs SQuAD task (tools/squad_task.py), windows of 384;
+  topics  (not run by default) multi-label: the short sentences labelled
+          with the topics they name (tools/short_task.py, 5 topics), ours
+          `run_classifier --task_type=multi_label`, HF's
+          `problem_type="multi_label_classification"`; dev micro F1 at 0.5.
 
 Ours is the user's command (`run_classifier`, `run_squad`: every batch
 padded to its longest example, the position-wise layers on its tokens only,
@@ -26,6 +30,7 @@ ratios ours/HF. Tasks run one after the other, each side in turn:
     python -m benchmarks.finetuning_benchmark --train_examples=4000   # 15 min
     python -m benchmarks.finetuning_benchmark --tasks=short --rounds=3 # medians
     python -m benchmarks.finetuning_benchmark --model=base --tasks=short # 14m
+    python -m benchmarks.finetuning_benchmark --tasks=topics  # multi-label
 
 (times on 2 idle cores; docs/performance.md has the results). Ours' own
 output goes to WORK/<task>_ours/program.log; --keep_work keeps WORK.
@@ -47,9 +52,10 @@ flags.DEFINE_list("tasks", ["short", "long", "squad"], "Tasks to run.")
 flags.DEFINE_enum("model", "small", ["small", "base"], "small: L6 H384 A6 "
                   "I1536; base: BERT-Base (L12 H768 A12 I3072).")
 flags.DEFINE_integer("train_examples", 2048, "Training examples of short "
-                     "(a multiple of 32: the same steps both ways).")
+                     "and topics (a multiple of 32: the same steps both "
+                     "ways).")
 flags.DEFINE_integer("predict_examples", 1024, "Dev/test examples of "
-                     "short.")
+                     "short and topics.")
 flags.DEFINE_integer("long_train", 2048, "Training examples of long.")
 flags.DEFINE_integer("long_predict", 256, "Dev/test examples of long.")
 flags.DEFINE_integer("squad_train", 1024, "SQuAD training questions.")
@@ -146,8 +152,17 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
   import torch  # pylint: disable=g-import-not-at-top
   from transformers import BertForSequenceClassification  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
-  sizes = ((FLAGS.train_examples, FLAGS.predict_examples) if kind == "short"
-           else (FLAGS.long_train, FLAGS.long_predict))
+  from official_bert.tasks import classifier_metrics  # pylint: disable=g-import-not-at-top
+  sizes = ((FLAGS.long_train, FLAGS.long_predict) if kind == "long"
+           else (FLAGS.train_examples, FLAGS.predict_examples))
+  topics = sorted(short_task.TOPICS)
+  multi_label = kind == "topics"
+
+  def label_of(label):  # the class id, or the topics' 0/1 row
+    if multi_label:
+      return [float(t in label.split("|")) for t in topics]
+    return int(label)
+
   try:
     train, dev = short_task.classification_data(kind, tokenizer, *sizes,
                                                 FLAGS.seed)
@@ -166,11 +181,11 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
     examples = classifier_data.read_examples(
         os.path.join(task, f"{split}.tsv"), columns)
     encoded[split] = (classifier_data.encode(examples, tokenizer, 128),
-                      np.array([int(e.label) for e in examples]))
+                      np.array([label_of(e.label or "") for e in examples]))
   lengths = encoded["train"][0]["input_mask"].sum(1)
   info = (f"{len(train)} train, {len(dev)} dev; pieces mean "
           f"{lengths.mean():.0f}, p95 {np.percentile(lengths, 95):.0f}, "
-          f"label 1: {np.mean(encoded['train'][1]):.2f}")
+          f"label 1: {np.round(np.mean(encoded['train'][1], 0), 2)}")
 
   def ours():
     out = os.path.join(work, f"{kind}_ours")
@@ -179,28 +194,37 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
                        f"--task_data_dir={task}", f"--output_dir={out}",
                        "--do_eval", f"--eval_batch_size={FLAGS.batch_size}",
                        "--max_seq_length=128"]
+                      + (["--task_type=multi_label"] if multi_label else [])
                       + common_flags(work, FLAGS.learning_rate),
                       "run_classifier")
+    key = "eval_micro_f1" if multi_label else "eval_accuracy"
     with open(os.path.join(out, "eval_results.txt")) as f:
-      result["metric"] = float(re.search(r"eval_accuracy = ([0-9.]+)",
+      result["metric"] = float(re.search(rf"{key} = ([0-9.]+)",
                                          f.read()).group(1))
     return result
 
   def hf():
     torch.manual_seed(FLAGS.seed)
-    model = BertForSequenceClassification.from_pretrained(hf_dir,
-                                                          num_labels=2)
-    trainer = hf_trainer(model, short_task.hf_features(
-        *encoded["train"][:1], {"labels": encoded["train"][1]}),
-                         work, len(train), collator)
+    model = BertForSequenceClassification.from_pretrained(
+        hf_dir, num_labels=len(topics) if multi_label else 2,
+        problem_type=("multi_label_classification" if multi_label
+                      else "single_label_classification"))
+    features = short_task.hf_features(encoded["train"][0])
+    for row, label in zip(features, encoded["train"][1]):
+      row["labels"] = label.tolist()
+    trainer = hf_trainer(model, features, work, len(train), collator)
     _, train_s, load = timed(trainer.train)
     prediction, predict_s, _ = timed(
         lambda: trainer.predict(short_task.hf_features(encoded["dev"][0])))
-    accuracy = float(np.mean(prediction.predictions.argmax(-1)
+    if multi_label:  # micro F1 at 0.5, as ours
+      metric = classifier_metrics.multi_label_metrics(
+          encoded["dev"][1], prediction.predictions > 0, topics)["micro_f1"]
+    else:
+      metric = float(np.mean(prediction.predictions.argmax(-1)
                              == encoded["dev"][1]))
     return {"train_s": train_s, "predict_s": predict_s, "predict_n": len(dev),
-            "metric": accuracy, "load": load}
-  return info, "accuracy", len(train), ours, hf
+            "metric": metric, "load": load}
+  return info, "micro_f1" if multi_label else "accuracy", len(train), ours, hf
 
 
 def squad_task(work, tokenizer, collator, hf_dir):

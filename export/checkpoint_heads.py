@@ -17,7 +17,8 @@ What `export_checkpoint` writes depends on the checkpoint's head (`task`):
 
 A fine-tuned checkpoint does not say which program wrote it (the three
 heads are all `model/classifier`), so the run's `flags.json` beside it does
-(`doc_stride` is run_squad's, `task_type` run_classifier's); `task=` says
+(`task_type` is run_classifier's, `doc_stride` without it run_squad's;
+a multi-label classifier is refused); `task=` says
 it when the checkpoint was moved without its run files. Labels come from the
 run's `label_list.json`. Every array is laid out as the original stores it
 (`checkpoint_names.original_names`: the NSP and head matrices [C, H]).
@@ -171,10 +172,16 @@ def _fine_tuning_task(run_dir, prefix):
   except (OSError, json.JSONDecodeError):
     run_flags = None
   if isinstance(run_flags, dict):
-    if "doc_stride" in run_flags:
-      return "squad"
+    # run_classifier has doc_stride too (its windows): task_type first.
+    if run_flags.get("task_type") == "multi_label":
+      raise ValueError(f"checkpoint {prefix} is a multi-label classifier "
+                       f"({path}: task_type multi_label), which this "
+                       "exporter does not write (its classifiers are single-"
+                       "label); export it with run_classifier --export_dir")
     if "task_type" in run_flags:
       return "classifier"
+    if "doc_stride" in run_flags:
+      return "squad"
     if "task_data_dir" in run_flags:
       return "ner"
   raise ValueError(f"checkpoint {prefix} is a fine-tuned model but {path} "

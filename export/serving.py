@@ -22,7 +22,10 @@ signatures also return `input_mask` int32 [B, T] (which of the T positions
 are tokens) and `sentence_embedding` float32 [B, H], the mean of
 `sequence_output` over the tokens (L2-normalised with
 `normalize_embedding=True`). Text longer than the model allows is
-truncated, never an error at serving time.
+truncated, never an error at serving time; or, with `windowing` (a
+`classifier_windows.Windowing`, run_classifier's --doc_stride), a text of
+any length is read as windows of `seq_length` and its windows' logits are
+combined into one row per text, by the functions training used.
 
 Text requests run at the length they need: T is the longest packed text
 of the request (rounded up to a multiple of `pad_multiple`), at most
@@ -194,12 +197,23 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     top_k: K of `fill_mask`.
     remove_padding: run the model with `remove_padding=True` (position-wise
       work on the tokens only); None: whenever the model's `call` takes it.
+    windowing: a `classifier_windows.Windowing` (single texts, a model
+      returning logits): `serving_default` runs each text's windows and
+      returns one combined row per text. `serving_ids` stays one row per
+      window.
   """
 
   def __init__(self, model, outputs, vocab_file, do_lower_case, seq_length,
                text_pair=False, dynamic_length=True,
                pad_multiple=DEFAULT_PAD_MULTIPLE, normalize_embedding=False,
-               mlm_head=None, top_k=DEFAULT_TOP_K, remove_padding=None):
+               mlm_head=None, top_k=DEFAULT_TOP_K, remove_padding=None,
+               windowing=None):
+    if windowing is not None and (text_pair or
+                                  windowing.seq_length != seq_length):
+      raise ValueError("windowing takes single texts, at seq_length "
+                       f"{seq_length}; got text_pair={text_pair}, windows of "
+                       f"{windowing.seq_length}")
+    self._windowing = windowing
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     self._tokenizer = tfhub_modules.Untracked(tokenizer)
     self._ids = (tokenizer.cls_id, tokenizer.sep_id)
@@ -257,7 +271,15 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     return dict(self._signatures.value)
 
   def _serve_text(self, text):
-    return self._run(self._pack([self._tokenizer.value.tokenize(text)]))
+    pieces = self._tokenizer.value.tokenize(text)
+    if self._windowing is None:
+      return self._run(self._pack([pieces]))
+    # Windows of seq_length every doc_stride pieces; one row per text.
+    inputs, window_text = self._windowing.pack(
+        pieces, *self._ids,
+        pad_multiple=self._pad_multiple if self._dynamic_length else None)
+    return self._run(inputs, combine=lambda logits: self._windowing.combine(
+        logits, window_text, tf.shape(text)[0]))
 
   def _serve_pair(self, text, text_b):
     tokenizer = self._tokenizer.value
@@ -279,11 +301,13 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     return pack_to_longest(segments, self.seq_length, *self._ids,
                            pad_multiple=pad_multiple)
 
-  def _run(self, inputs):
+  def _run(self, inputs, combine=None):
     extra = {"remove_padding": True} if self._remove_padding else {}
     with self._weights.value.scope():
-      named = self._outputs(self._model.value(inputs, training=False,
-                                              **extra))
+      model_outputs = self._model.value(inputs, training=False, **extra)
+      if combine is not None:
+        model_outputs = combine(model_outputs)
+      named = self._outputs(model_outputs)
     named = {name: tf.cast(value, tf.float32) if value.dtype.is_floating
              else value for name, value in named.items()}
     if "sequence_output" in named:
@@ -341,7 +365,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        warmup_texts=DEFAULT_WARMUP_TEXTS, log=None,
                        dynamic_length=True, pad_multiple=DEFAULT_PAD_MULTIPLE,
                        normalize_embedding=False, mlm_head=None,
-                       top_k=DEFAULT_TOP_K, remove_padding=None):
+                       top_k=DEFAULT_TOP_K, remove_padding=None,
+                       windowing=None):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -369,6 +394,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     top_k: how many tokens `fill_mask` returns per [MASK].
     remove_padding: the model's position-wise work on the tokens only (see
       `ServingModule`); None: whenever the model supports it.
+    windowing: texts of any length as windows, one combined row per text
+      (see `ServingModule`).
 
   Returns:
     The path of the written version directory.
@@ -400,7 +427,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       model, outputs, vocab_file, do_lower_case, seq_length, text_pair,
       dynamic_length=dynamic_length, pad_multiple=pad_multiple,
       normalize_embedding=normalize_embedding, mlm_head=mlm_head,
-      top_k=top_k, remove_padding=remove_padding)
+      top_k=top_k, remove_padding=remove_padding, windowing=windowing)
   requests = _warmup_requests(list(warmup_texts), text_pair,
                               fill_mask=mlm_head is not None)
   log(f"writing version {version} under {export_dir}")

@@ -21,8 +21,14 @@ GLUE download's layout. Without it, any data as files: --task_data_dir (or
 
 Labels are the GLUE task's, or the training file's distinct values, sorted
 (kept in output_dir/label_list.json); STS-B and `--task_type=regression` fit
-one number. The loop is the pretraining trainer's (`trainer.py`: any
-tf.distribute strategy, mixed precision, resume from --output_dir).
+one number. `--task_type=multi_label`: zero or more labels per example,
+joined by --label_separator (tasks/multi_label_task.py: a sigmoid per
+label; eval_micro_f1, eval_macro_f1, eval_f1_<label>, eval_subset_accuracy;
+--tune_thresholds). `--doc_stride=N`: a text longer than --max_seq_length
+is read as windows N WordPieces apart whose logits are combined
+(--window_aggregation; tasks/classifier_windows.py), not truncated. The
+loop is the pretraining trainer's (`trainer.py`: any tf.distribute
+strategy, mixed precision, resume from --output_dir).
 
 Writes to --output_dir: ckpt-<step> (model, optimizer, step; a rerun
 resumes), train/ summaries, flags.json, bert_config.json, label_list.json,
@@ -43,6 +49,8 @@ from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
 from official_bert.tasks import classification_task
+from official_bert.tasks import classifier_windows
+from official_bert.tasks import multi_label_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
@@ -72,8 +80,26 @@ def define_flags():
                       "pair (unset: single sentences).")
   flags.DEFINE_string("label_column", "label", "Column of the label.")
   flags.DEFINE_enum("task_type", "classification",
-                    ["classification", "regression"], "Regression fits one "
-                    "number per example (mean squared error).")
+                    ["classification", "regression", "multi_label"],
+                    "Regression fits one number per example (mean squared "
+                    "error); multi_label gives each example zero or more "
+                    "labels (a sigmoid per label).")
+  flags.DEFINE_string("label_separator", "|", "multi_label: what joins an "
+                      "example's labels in --label_column (an empty cell: "
+                      "no label).")
+  flags.DEFINE_bool("tune_thresholds", False, "multi_label: tune each "
+                    "label's threshold on dev for its F1 (needs --do_eval; "
+                    "kept in output_dir/thresholds.json and used by the "
+                    "export), instead of 0.5.")
+  # ---- long texts: windows instead of truncation
+  flags.DEFINE_integer("doc_stride", None, "Read a text longer than "
+                       "--max_seq_length as windows of --max_seq_length "
+                       "starting every this many WordPieces, and predict "
+                       "from all of them (single texts only; unset: "
+                       "truncate).")
+  flags.DEFINE_enum("window_aggregation", "max",
+                    list(classifier_windows.AGGREGATIONS), "With "
+                    "--doc_stride: how a text's windows' logits combine.")
 
 
 def _data_dir():
@@ -91,12 +117,39 @@ def _export(task, model):
   """The TF Serving SavedModel's path: raw text in, probabilities and the
   label names (or the value) out."""
   from export import serving  # pylint: disable=g-import-not-at-top
+  if isinstance(task, multi_label_task.MultiLabelTask):
+    outputs = task.serving_outputs()
+  elif task.regression:
+    outputs = serving.regression_outputs
+  else:
+    outputs = serving.classifier_outputs_with_labels(task.labels)
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
-      outputs=(serving.regression_outputs if task.regression
-               else serving.classifier_outputs_with_labels(task.labels)),
-      text_pair=task.text_pair)
+      outputs=outputs, text_pair=task.text_pair, windowing=task.windowing)
+
+
+def _check_task_flags():
+  """The multi-label and window flags' errors, as one sentence each."""
+  multi_label = FLAGS.task_type == "multi_label"
+  if FLAGS.tune_thresholds and not multi_label:
+    raise app.UsageError("--tune_thresholds needs --task_type=multi_label.")
+  if FLAGS.tune_thresholds and not FLAGS.do_eval:
+    raise app.UsageError("--tune_thresholds tunes on dev: it needs "
+                         "--do_eval.")
+  if multi_label and FLAGS.task_name:
+    raise app.UsageError("--task_type=multi_label reads --task_data_dir "
+                         "files; a GLUE --task_name has single labels.")
+  if FLAGS.doc_stride is not None:
+    if FLAGS.text_b_column:
+      raise app.UsageError("--doc_stride windows single texts only; drop "
+                           "--text_b_column (pairs are truncated) or "
+                           "--doc_stride.")
+    try:
+      classifier_windows.Windowing(FLAGS.max_seq_length, FLAGS.doc_stride,
+                                   FLAGS.window_aggregation)
+    except ValueError as e:
+      raise app.UsageError(f"{e}.") from None
 
 
 def main(argv):
@@ -108,9 +161,12 @@ def main(argv):
     raise app.UsageError("--data_dir (with --task_name) or --task_data_dir "
                          "is required.")
   finetuning_flags.check_flags(FLAGS, data_paths={flag_name: "dir"})
-  task = classification_task.ClassificationTask(
-      trainer_flags.config_from_flags(
-          FLAGS, classification_task.ClassificationConfig, data_dir=data_dir))
+  _check_task_flags()
+  task_class = (multi_label_task.MultiLabelTask
+                if FLAGS.task_type == "multi_label"
+                else classification_task.ClassificationTask)
+  task = task_class(trainer_flags.config_from_flags(
+      FLAGS, classification_task.ClassificationConfig, data_dir=data_dir))
   finetuning_flags.run(FLAGS, task, "run_classifier",
                        lambda model: _export(task, model))
 

@@ -250,8 +250,10 @@ def test_cli_huggingface_export_gives_our_logits_and_ids(trained, tmp_path):
 HEADS = {
     # task: (model class, num outputs, flags.json keys of the program,
     #        label_list.json, transformers class)
+    # run_classifier's flags.json has doc_stride too (None: no windows).
     "classifier": (finetuning_models.BertClassifier, 3,
-                   {"task_type": "classification", "task_data_dir": "d"},
+                   {"task_type": "classification", "task_data_dir": "d",
+                    "doc_stride": None},
                    ["contradiction", "entailment", "neutral"],
                    "BertForSequenceClassification"),
     "regression": (finetuning_models.BertClassifier, 1,
@@ -283,6 +285,16 @@ def _fine_tuned_run(directory, task):
     with open(os.path.join(directory, "label_list.json"), "w") as f:
       json.dump(labels, f)
   return model, _config_file(directory, config)
+
+
+def test_a_multi_label_classifier_is_refused(tmp_path):
+  # Its sigmoid outputs would be served as a single-label softmax.
+  run = str(tmp_path / "run")
+  _, config_file = _fine_tuned_run(run, "classifier")
+  with open(os.path.join(run, "flags.json"), "w") as f:
+    json.dump({"task_type": "multi_label", "doc_stride": None}, f)
+  with pytest.raises(ValueError, match="is a multi-label classifier"):
+    checkpoint_heads.read(config_file, run, None)
 
 
 @pytest.mark.parametrize("task", list(HEADS))

@@ -119,6 +119,12 @@ BLOCKS = {
         "python -m official_bert.run_classifier --task_name=MRPC "
         "--do_train=true --do_eval=true \\": "glue",
         "python -m official_bert.run_classifier \\": "classifier",
+        "python -m official_bert.run_classifier --task_type=multi_label \\":
+            "multi-label classifier",
+        "python -m tools.long_document_task --out_dir=/tmp/long_docs "
+        "--doc_pieces=800": "long documents",
+        "python -m benchmarks.long_document_benchmark "
+        "--work_dir=/tmp/long_docs_benchmark": "long document benchmark",
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
         "python -m tools.pydocs_ner --output_dir=/tmp/pydocs_ner "
         "--max_eval_sentences=600": "ner from the quickstart",
@@ -319,6 +325,21 @@ FLAGS_CHECKED_BLOCKS = {
         "test_fine_tuning_learns_evaluates_predicts_and_resumes: "
         "--task_data_dir with column flags, train, eval, test_results.tsv "
         "and the export (SST-2's layout: tests/glue_test.py)"),
+    "multi-label classifier": (
+        "tests/multi_label_test.py::"
+        "test_learns_evaluates_tunes_predicts_and_exports: --task_type="
+        "multi_label with --tune_thresholds, train, eval, test_results.tsv "
+        "and the export"),
+    "long documents": (
+        "tests/long_document_test.py::"
+        "test_windows_learn_beat_truncation_and_export_one_row_per_text: "
+        "tools.long_document_task's task, run_classifier --doc_stride, "
+        "eval, predict and the export"),
+    "long document benchmark": (
+        "tests/long_document_test.py::"
+        "test_windows_learn_beat_truncation_and_export_one_row_per_text: "
+        "the same training, windows and evaluations on the same task's "
+        "documents (the benchmark trains three models: minutes)"),
     "ner": (
         "tests/run_ner_test.py::"
         "test_trains_predicts_exports_and_resumes_after_sigkill: train, "
@@ -1021,6 +1042,23 @@ def test_glue_block(glue_run):
 def test_classifier_block_flags(world):
   (command,) = _check_flags("classifier", world)
   assert "--do_predict" in command and "--export_dir=" in command
+
+
+def test_multi_label_classifier_block_flags(world):
+  (command,) = _check_flags("multi-label classifier", world)
+  assert "--task_type=multi_label" in command and "--export_dir=" in command
+
+
+def test_long_documents_block_flags(world):
+  make, run = _check_flags("long documents", world)
+  # run_classifier reads the files the generator writes.
+  out_dir = re.search(r"--out_dir=(\S+)", make).group(1)
+  assert f"--task_data_dir={out_dir} " in run and "--doc_stride=" in run
+
+
+def test_long_document_benchmark_block_flags(world):
+  (command,) = _check_flags("long document benchmark", world)
+  assert "--work_dir=" in command
 
 
 def test_ner_block_flags(world):

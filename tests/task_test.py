@@ -15,6 +15,7 @@ import inspect
 import pytest
 
 from official_bert.tasks import classification_task
+from official_bert.tasks import multi_label_task
 from official_bert.tasks import ner_task
 from official_bert.tasks import pretraining_task
 from official_bert.tasks import question_answering_task
@@ -108,6 +109,16 @@ def test_a_task_without_any_one_member_fails_the_contract(task, protocol):
     partial = without(type(task), name)(task.config)
     assert contract_problems(partial, protocol) == [f"no {name}"]
     assert not isinstance(partial, protocol), name
+
+
+def test_the_multi_label_task_satisfies_the_contract():
+  # A ClassificationTask subclass: what it overrides keeps the arity.
+  task = multi_label_task.MultiLabelTask(
+      classification_task.ClassificationConfig(
+          data_dir="d", output_dir="o", task_type="multi_label"))
+  assert contract_problems(task, task_lib.FinetuningTask) == []
+  assert isinstance(task, task_lib.FinetuningTask)
+  assert task.best_metric == "eval_micro_f1"
 
 
 def test_a_changed_arity_is_seen():

@@ -3,9 +3,12 @@
   short   real short sentences of the Python docs (4-60 words), an SST-2-like
           rule label: "1" when a negative or error word is in it;
   long    consecutive sentences of one document packed to 118..126
-          WordPieces, labelled by the half of the docs they come from.
+          WordPieces, labelled by the half of the docs they come from;
+  topics  (multi-label) the short sentences, each labelled with every topic
+          of TOPICS it names a word of (`error|file`; none: an empty label),
+          for run_classifier --task_type=multi_label.
 
-Both are written as the `sentence<TAB>label` TSV files that run_classifier's
+All are written as the `sentence<TAB>label` TSV files that run_classifier's
 `--task_data_dir` reads. `hf_features` turns our encoded arrays into
 Hugging Face features (unpadded: a collator pads each batch).
 """
@@ -20,8 +23,21 @@ NEGATIVE = {"not", "no", "never", "cannot", "error", "errors", "fail",
             "raises", "raised", "exception", "warning", "unless", "without"}
 
 
+TOPICS = {
+    "class": {"class", "classes", "object", "objects", "instance",
+              "instances", "method", "methods"},
+    "error": {"error", "errors", "exception", "exceptions", "raise",
+              "raises", "raised"},
+    "file": {"file", "files", "path", "paths", "directory", "filename"},
+    "function": {"function", "functions", "call", "called", "callable",
+                 "argument", "arguments"},
+    "string": {"string", "strings", "str", "bytes", "unicode", "character",
+               "characters"},
+}
+
+
 def classification_data(kind, tokenizer, n_train, n_predict, seed):
-  """(train, dev) lists of (text, label) of the short or long task.
+  """(train, dev) lists of (text, label) of the short, long or topics task.
 
   `tokenizer` (a FullTokenizer) is only used by the long task. Raises
   ValueError when the corpus holds fewer texts than asked for.
@@ -29,12 +45,14 @@ def classification_data(kind, tokenizer, n_train, n_predict, seed):
   docs = corpus.documents()
   rng = random.Random(seed)
   rows = []
-  if kind == "short":
+  if kind in ("short", "topics"):
     for doc in docs:
       for s in doc:
         if 4 <= len(s.split()) <= 60 and "\t" not in s:
           words = set(re.findall(r"[a-z']+", s.lower()))
-          rows.append((s, "1" if words & NEGATIVE else "0"))
+          label = ("1" if words & NEGATIVE else "0") if kind == "short" else (
+              "|".join(t for t in sorted(TOPICS) if words & TOPICS[t]))
+          rows.append((s, label))
   else:  # consecutive sentences up to 118..126 pieces
     for i, doc in enumerate(docs):
       label = "1" if i < len(docs) // 2 else "0"

@@ -25,6 +25,7 @@ import numpy as np
 
 from official_bert.tasks import classifier_data
 from official_bert.tasks import classifier_metrics
+from official_bert.tasks import classifier_windows
 from official_bert.tasks import glue
 
 
@@ -38,6 +39,11 @@ class ClassificationConfig:
     fields of `train`, `dev` and `test` files.
   output_dir: where a previous run's label_list.json is read from when
     this run does not train.
+  doc_stride, window_aggregation: None (texts longer than max_seq_length
+    are truncated), or windows every doc_stride pieces whose logits are
+    combined by "max" or "mean" (classifier_windows.py; single texts only).
+  label_separator, tune_thresholds: task_type "multi_label"'s
+    (multi_label_task.py).
   """
   data_dir: str
   output_dir: str
@@ -51,6 +57,10 @@ class ClassificationConfig:
   do_eval: bool = False
   do_predict: bool = False
   eval_every_steps: int = 0
+  doc_stride: Optional[int] = None
+  window_aggregation: str = "max"
+  label_separator: str = "|"
+  tune_thresholds: bool = False
 
 
 def classifier_losses(labels, logits, regression=False):
@@ -104,9 +114,14 @@ def test_results_rows(logits, regression):
 
 class ClassificationTask:
   """run_classifier's task: `read`, `encode`, then what `run_task` calls (a
-  training/task.py `FinetuningTask`; tests/task_test.py checks it)."""
+  training/task.py `FinetuningTask`; tests/task_test.py checks it).
 
-  example_name = "examples"
+  With config.doc_stride, each split's inputs are its texts' windows
+  (classifier_windows.py): training fits each window to its text's label,
+  and evaluation and prediction combine a text's windows' logits."""
+
+  # The fewest labels the training file may have.
+  min_labels = 2
 
   def __init__(self, config):
     self.config = config
@@ -114,6 +129,13 @@ class ClassificationTask:
     self.regression = config.task_type == "regression"
     self.text_pair = config.text_b_column is not None
     self.splits = {}  # split -> (examples, inputs or None, label ids)
+    self.windowing = None  # a classifier_windows.Windowing, with doc_stride
+    self.window_text = {}  # split -> int32 [W]: each window's example
+
+  @property
+  def example_name(self):
+    """What num_train_examples counts: windows with doc_stride."""
+    return "windows" if self.config.doc_stride else "examples"
 
   @property
   def best_metric(self):
@@ -134,7 +156,11 @@ class ClassificationTask:
     else:
       self.read_split = self._read_file
       self.labels = None if self.regression else self._file_labels()
-    if not self.regression and len(self.labels) < 2:
+    if self.text_pair and config.doc_stride:
+      raise ValueError("--doc_stride windows single texts only, and this "
+                       "task has text pairs; drop --doc_stride (pairs are "
+                       "truncated) or --text_b_column")
+    if not self.regression and len(self.labels) < self.min_labels:
       raise ValueError(f"the train file has only the label {self.labels}; "
                        "classification needs at least two")
     evaluating = config.do_eval or (config.do_train and config.eval_every_steps)
@@ -142,8 +168,7 @@ class ClassificationTask:
                           ("test", config.do_predict)):
       if wanted:
         examples = self.read_split(split)
-        ids = (None if split == "test" else classifier_data.label_ids(
-            examples, self.labels, self.regression))
+        ids = None if split == "test" else self.label_ids(examples)
         self.splits[split] = (examples, None, ids)
 
   def _read_file(self, split):
@@ -164,21 +189,41 @@ class ClassificationTask:
         return json.load(f)
     if any(os.path.exists(os.path.join(data_dir, "train" + e))
            for e in classifier_data.EXTENSIONS):
-      return classifier_data.label_list(self.read_split("train"))
+      return self.label_list(self.read_split("train"))
     raise ValueError(f"--task_data_dir {data_dir} has no train file and "
                      f"{saved} does not exist: the labels are unknown; run "
                      "--do_train first or add the train file.")
 
+  def label_list(self, examples):
+    """The labels of the training examples, in the model's order."""
+    return classifier_data.label_list(examples)
+
+  def label_ids(self, examples):
+    """The labels of a split's examples as the loss reads them."""
+    return classifier_data.label_ids(examples, self.labels, self.regression)
+
   def encode(self, tokenizer, max_seq_length):
-    """Packs each split's texts (classifier_data.encode)."""
+    """Packs each split's texts (classifier_data.encode), or with
+    doc_stride their windows (classifier_windows.encode)."""
     self.tokenizer = tokenizer
-    self.splits = {split: (examples, classifier_data.encode(
-        examples, tokenizer, max_seq_length), ids)
-                   for split, (examples, _, ids) in self.splits.items()}
+    config = self.config
+    if config.doc_stride:
+      self.windowing = classifier_windows.Windowing(
+          max_seq_length, config.doc_stride, config.window_aggregation)
+    for split, (examples, _, ids) in list(self.splits.items()):
+      if self.windowing is None:
+        inputs = classifier_data.encode(examples, tokenizer, max_seq_length)
+      else:
+        inputs, self.window_text[split] = classifier_windows.encode(
+            examples, tokenizer, self.windowing)
+      self.splits[split] = (examples, inputs, ids)
 
   @property
   def num_train_examples(self):
-    return len(self.splits["train"][0]) if "train" in self.splits else 0
+    """Training examples, or with doc_stride their windows."""
+    if "train" not in self.splits:
+      return 0
+    return len(self.splits["train"][1]["input_mask"])
 
   def run_files(self):
     """Files written beside flags.json: the labels, in their order."""
@@ -192,17 +237,22 @@ class ClassificationTask:
       what = f"{self.glue.name} ({kind}, metric {self.glue.metric})"
     else:
       what = self.config.task_type
+    windows = {split: f" ({len(text)} windows)"
+               for split, text in self.window_text.items()}
     print(f"{what}: labels {self.labels}, "
-          + ", ".join(f"{split} {len(s[0])} examples"
+          + ", ".join(f"{split} {len(s[0])} examples{windows.get(split, '')}"
                       for split, s in self.splits.items())
           + f"; {run_description}", flush=True)
     for split, (examples, inputs, _) in list(self.splits.items())[:1]:
       for i in range(min(2, len(examples))):
-        n = int(inputs["input_mask"][i].sum())
+        # The example's row, or with doc_stride its first window.
+        row = (i if self.windowing is None
+               else int(np.searchsorted(self.window_text[split], i)))
+        n = int(inputs["input_mask"][row].sum())
         print(f"{split} example {examples[i].where}: label "
               f"{examples[i].label!r} tokens "
               + " ".join(self.tokenizer.convert_ids_to_tokens(
-                  inputs["input_word_ids"][i][:n])), flush=True)
+                  inputs["input_word_ids"][row][:n])), flush=True)
 
   # ------------------------------------------------- model and losses ----
   def build_model(self, bert_config, kernels):
@@ -219,7 +269,10 @@ class ClassificationTask:
     return None if self.regression else classifier_metric_counts
 
   def train_data(self):
+    """(inputs, labels); with doc_stride each window has its text's label."""
     _, inputs, labels = self.splits["train"]
+    if self.windowing is not None:
+      labels = labels[self.window_text["train"]]
     return inputs, labels
 
   def example_inputs(self):
@@ -227,10 +280,21 @@ class ClassificationTask:
     return {k: v[:1] for k, v in next(iter(self.splits.values()))[1].items()}
 
   # ------------------------------------------ evaluation and prediction ----
+  def split_logits(self, split, predict):
+    """The model's logits [N, C] for `split`'s examples (`predict(inputs)`
+    -> logits); with doc_stride each example's windows' combined."""
+    examples, inputs, _ = self.splits[split]
+    logits = predict(inputs)
+    if self.windowing is None:
+      return logits
+    return self.windowing.combine(logits, self.window_text[split],
+                                  len(examples)).numpy()
+
   def evaluate(self, predict, step):
     """eval_results on dev; `predict(inputs)` -> the model's logits."""
-    _, inputs, ids = self.splits["dev"]
-    return eval_results(predict(inputs), ids, self.regression, step)
+    ids = self.splits["dev"][2]
+    return eval_results(self.split_logits("dev", predict), ids,
+                        self.regression, step)
 
   def eval_summary(self, result):
     return f"{self.best_metric} {result[self.best_metric]:.4f}"
@@ -238,9 +302,8 @@ class ClassificationTask:
   def predict(self, predict, step):
     """({"test_results.tsv": text}, the summary's words, no eval result)."""
     del step
-    _, inputs, _ = self.splits["test"]
     t0 = time.time()
-    logits = predict(inputs)
+    logits = self.split_logits("test", predict)
     seconds = time.time() - t0
     rows = test_results_rows(logits, self.regression)
     return ({"test_results.tsv": "".join(row + "\n" for row in rows)},

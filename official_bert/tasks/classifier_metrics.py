@@ -9,6 +9,16 @@ MRPC and QQP, and the macro average over classes otherwise. Matthews
 correlation is the multi-class generalisation (Gorodkin, 2004), equal to the
 usual formula for two classes. Spearman is Pearson on average ranks (ties
 share their mean rank).
+
+Multi-label classification (one yes/no per label): micro F1 (over every
+example's every label), macro F1 (the labels' mean), each label's F1 and
+subset accuracy (the examples whose every label is right);
+`tune_thresholds` picks each label's threshold by its F1:
+
+    multi_label_metrics(labels=[[1, 0], [1, 1]], predicted=[[1, 0], [0, 1]],
+                        label_names=["a", "b"])
+    # {"micro_f1": 0.8, "macro_f1": 0.833, "f1_a": 0.667, "f1_b": 1.0,
+    #  "subset_accuracy": 0.5, ...}
 """
 
 import numpy as np
@@ -38,6 +48,68 @@ def mean_cross_entropy(logits, labels):
   shifted = logits - logits.max(-1, keepdims=True)
   log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
   return float(-np.mean(log_probs[np.arange(len(labels)), labels]))
+
+
+def multi_label_metrics(labels, predicted, label_names):
+  """Micro/macro F1, `f1_<label>` and subset accuracy of `predicted` (bool
+  [N, C]) against 0/1 `labels` [N, C] (a label never gold nor predicted
+  has F1 0, as the others without a true positive)."""
+  labels = np.asarray(labels).astype(bool)
+  predicted = np.asarray(predicted).astype(bool)
+  tp = (labels & predicted).sum(0)                                  # [C]
+  fp = (~labels & predicted).sum(0)
+  fn = (labels & ~predicted).sum(0)
+  per_label = [_f1_of(*counts) for counts in zip(tp, fp, fn)]
+  result = {"micro_f1": _f1_of(tp.sum(), fp.sum(), fn.sum()),
+            "macro_f1": float(np.mean(per_label)) if per_label else 0.0,
+            "subset_accuracy": float(np.mean(np.all(labels == predicted, 1)))
+                               if len(labels) else 0.0,
+            "num_examples": int(len(labels))}
+  result.update({f"f1_{name}": f1 for name, f1 in zip(label_names,
+                                                      per_label)})
+  return result
+
+
+def mean_binary_cross_entropy(logits, labels):
+  """The mean over examples and labels of the sigmoid cross-entropy of
+  `logits` [N, C] at 0/1 `labels` [N, C] (0.0 for no examples)."""
+  if not np.size(labels):
+    return 0.0
+  logits = np.asarray(logits, np.float64)
+  labels = np.asarray(labels, np.float64)
+  # log(1 + e^x) - y x, computed without overflow.
+  return float(np.mean(np.logaddexp(0.0, logits) - labels * logits))
+
+
+def tune_thresholds(probabilities, labels, default=0.5):
+  """Each label's threshold (predict the label where probability >=
+  threshold) that maximises its F1 on `probabilities` [N, C] with 0/1
+  `labels` [N, C]. The thresholds tried lie halfway between neighbouring
+  distinct probabilities (and beyond both ends); among equal F1s the one
+  nearest `default` wins. A label without a positive example keeps
+  `default`. Returns float [C]."""
+  probabilities = np.asarray(probabilities, np.float64)
+  labels = np.asarray(labels).astype(bool)
+  thresholds = np.full(probabilities.shape[1], default, np.float64)
+  for c in range(probabilities.shape[1]):
+    positives = labels[:, c].sum()
+    if not positives:
+      continue
+    order = np.argsort(-probabilities[:, c], kind="stable")
+    p = probabilities[order, c]                      # descending
+    tp = np.concatenate([[0], np.cumsum(labels[order, c])])  # [N + 1]
+    k = np.arange(len(p) + 1)                        # the top k predicted
+    f1 = 2 * tp / np.maximum(k + positives, 1)       # 2tp / (2tp+fp+fn)
+    # A cut between two equal probabilities is no threshold.
+    valid = np.ones(len(p) + 1, bool)
+    valid[1:-1] = p[:-1] > p[1:]
+    # The threshold of each k (k = 0, none, never wins: a positive exists).
+    cut = np.concatenate([[(1.0 + p[0]) / 2], (p[:-1] + p[1:]) / 2,
+                          [p[-1] / 2]])
+    best = f1[valid].max()
+    candidates = cut[valid & (f1 >= best - 1e-12)]
+    thresholds[c] = candidates[np.argmin(np.abs(candidates - default))]
+  return thresholds
 
 
 def regression_metrics(labels, predictions):
@@ -85,6 +157,8 @@ def rank(values):
 
 def _f1(confusion, k):
   tp = confusion[k, k]
-  fp = confusion[:, k].sum() - tp
-  fn = confusion[k, :].sum() - tp
+  return _f1_of(tp, confusion[:, k].sum() - tp, confusion[k, :].sum() - tp)
+
+
+def _f1_of(tp, fp, fn):
   return float(2 * tp / (2 * tp + fp + fn)) if tp else 0.0
