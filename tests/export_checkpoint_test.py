@@ -34,6 +34,7 @@ from export import checkpoint_heads
 from export import export_checkpoint
 from export import hf_export
 from official_bert import configs
+from official_bert import disk_full
 from official_bert.modeling import finetuning_models
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.training import checkpoints
@@ -564,7 +565,8 @@ def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
   def fail(*args):
     raise OSError(28, "No space left on device", str(tmp_path / "x"))
   monkeypatch.setattr(hf_export, "write_tokenizer", fail)
-  with pytest.raises(OSError):
+  # A full disk is the sentence cli.run prints (official_bert/disk_full.py).
+  with pytest.raises(disk_full.WriteFailed, match="the disk is full"):
     export_checkpoint.export(tmp_path / "hf", "huggingface", config_file,
                              str(tmp_path / "run"), vocab)
   assert sorted(os.listdir(tmp_path)) == ["run", "vocab.txt"]  # no temp dir
