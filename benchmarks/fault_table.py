@@ -240,12 +240,8 @@ def _group(pgid):
   """The live processes of process group `pgid`."""
   pids = []
   for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-      continue
-    if int(fields[2]) == pgid and fields[0] != "Z":
+    fields = testing.process_stat(pid)
+    if fields and int(fields[2]) == pgid and fields[0] != "Z":
       pids.append(int(pid))
   return pids
 

@@ -232,15 +232,6 @@ def _children(pid):
   return found
 
 
-def _running(pid):
-  """Whether `pid` exists and is not a zombie."""
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError:
-    return False
-
-
 @pytest.mark.slow
 def test_a_killed_worker_is_one_sentence_and_a_rerun_completes(tmp_path):
   """SIGKILL one worker of two mid-job, as the OOM killer would: the job
@@ -291,7 +282,7 @@ def test_a_killed_worker_is_one_sentence_and_a_rerun_completes(tmp_path):
       "smaller --window_tokens (now 3000)."), lines[-1]
   assert os.listdir(out_dir) == []  # nothing that looks finished
   # The survivor was stopped too: no orphan keeps working.
-  assert not [pid for pid in workers if _running(pid)]
+  assert not [pid for pid in workers if testing.process_running(pid)]
   testing.run_cli(args)
   assert os.listdir(out_dir) == ["o.tfrecord"]
   assert len(_read(str(out))) > 1000

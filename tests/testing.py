@@ -393,6 +393,22 @@ def start_cli(args, stdout=subprocess.DEVNULL):
                           stdout=stdout, stderr=subprocess.PIPE)
 
 
+def process_stat(pid):
+  """The fields of /proc/<pid>/stat after the command name (state first,
+  then the parent's pid, the process group...), or None once it is gone."""
+  try:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+      return f.read().rsplit(")", 1)[1].split()
+  except OSError:
+    return None
+
+
+def process_running(pid):
+  """Whether `pid` exists and is not a zombie."""
+  fields = process_stat(pid)
+  return fields is not None and fields[0] != "Z"
+
+
 def sigkill_after_first_checkpoint(proc, directory, timeout=300, name=None):
   """Waits until `directory` holds a `checkpoint` index (naming `name`, e.g.
   "ckpt-16", when given), failing if `proc` exits first or `timeout`

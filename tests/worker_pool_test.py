@@ -90,21 +90,14 @@ def test_workers_end_when_their_parent_is_killed():
     proc.kill()
     proc.wait(timeout=60)
     deadline = time.time() + 30
-    while time.time() < deadline and any(_running(p) for p in workers):
+    while (time.time() < deadline and
+           any(testing.process_running(p) for p in workers)):
       time.sleep(0.1)
-    assert not [p for p in workers if _running(p)]
+    assert not [p for p in workers if testing.process_running(p)]
   finally:
     proc.kill()
     for pid in workers:  # left running (the test failed): they hold stdout
-      if _running(pid):
+      if testing.process_running(pid):
         os.kill(pid, signal.SIGKILL)
     proc.communicate()
 
-
-def _running(pid):
-  """Alive and not a zombie."""
-  try:
-    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError:
-    return False
