@@ -140,11 +140,7 @@ def _check_task_flags():
   if multi_label and FLAGS.task_name:
     raise app.UsageError("--task_type=multi_label reads --task_data_dir "
                          "files; a GLUE --task_name has single labels.")
-  if FLAGS.doc_stride is not None:
-    if FLAGS.text_b_column:
-      raise app.UsageError("--doc_stride windows single texts only; drop "
-                           "--text_b_column (pairs are truncated) or "
-                           "--doc_stride.")
+  if FLAGS.doc_stride is not None:  # pairs: the task says (GLUE's too)
     try:
       classifier_windows.Windowing(FLAGS.max_seq_length, FLAGS.doc_stride,
                                    FLAGS.window_aggregation)

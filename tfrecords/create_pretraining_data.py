@@ -200,9 +200,10 @@ def create_pretraining_data(config):
     stats = _run(config, pool, start)
     failed = False
     return stats
+  # Raised again below as new errors, without the frames that hold the pool.
   except InputError as e:
-    error = InputError(str(e))  # re-raised below without frames that
-  except disk_full.WriteFailed as e:  # hold the pool
+    error = InputError(str(e))
+  except disk_full.WriteFailed as e:
     error = disk_full.WriteFailed(*e.args)
   finally:
     if pool is not None:
