@@ -7,10 +7,14 @@ input file, an input in (or being) an unreadable directory, an output in a
 read-only directory -> one sentence naming the flag as the last line, exit
 1, no traceback, nothing written.
 
-The checks run before TensorFlow is imported (about a second per case),
-except in the exporters, which import it at start (one case each here; their
-other bad inputs are tests/export_cli_test.py's and tests/bad_input_test.py's
-exporter cases).
+One unprivileged child process (this module run as `python -m
+tests.permissions_test ROOT`) runs every case in turn in-process
+(testing.run_program: each program parses fresh flags and runs its main),
+the programs whose checks come before TensorFlow first, then the exporters,
+which import it at start (one case each here; their other bad inputs are
+tests/export_cli_test.py's and tests/bad_input_test.py's exporter cases).
+The process is the point only for the dropped capabilities; one process
+holds them for all cases.
 
 Bugs caught: a permission check that trusts os.access as root (never
 fires), "does not exist" for a file that is only hidden by an unreadable
@@ -34,19 +38,12 @@ UNPRIVILEGED = (["setpriv", "--inh-caps=-dac_override,-dac_read_search",
                 if os.geteuid() == 0 else [])
 
 
-def _run(args, timeout=300):
-  """Runs `python <args>` without DAC privileges: (status, output lines)."""
+def _skip_without_setpriv():
   if UNPRIVILEGED and not shutil.which("setpriv"):
     message = "running as root without setpriv (util-linux)"
     if os.environ.get("CI", "").lower() == "true":
       pytest.fail(message)
     pytest.skip(message)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = testing.ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  proc = subprocess.run(UNPRIVILEGED + [sys.executable] + list(args),
-                        cwd=testing.ROOT, env=env, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, timeout=timeout)
-  return proc.returncode, [l for l in proc.stdout.splitlines() if l.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -87,32 +84,34 @@ def root(tmp_path_factory):
   os.chmod(r / "read_only", 0o755)
 
 
-def test_the_unprivileged_runner_cannot_read_a_locked_file(root):
+def test_the_unprivileged_runner_cannot_read_a_locked_file(runs):
   """Without this, every case below would test nothing as root."""
-  status, lines = _run(["-c", f"open({str(root / 'locked_text.txt')!r})"])
-  assert status == 1 and "PermissionError" in lines[-1], lines
+  assert runs["sanity"].startswith("PermissionError"), runs["sanity"]
 
 
-def test_path_checks_without_privileges(root):
+def _path_checks(root):
+  """cli's checks, in this (unprivileged) process: what each says."""
+  from official_bert import cli  # pylint: disable=g-import-not-at-top
+  said = []
+  for check, flag, path in [
+      (cli.check_input_file, "a", f"{root}/locked_text.txt"),
+      (cli.check_input_file, "b", f"{root}/locked/text.txt"),
+      (cli.check_input_dir, "c", f"{root}/locked/cls"),
+      (cli.check_output_dir, "d", f"{root}/read_only"),
+      (cli.check_output_dir, "e", f"{root}/read_only/x"),
+      (cli.check_output_file, "f", f"{root}/read_only/x")]:
+    try:
+      check(flag, path)
+      said.append("no error")
+    except cli.Error as e:
+      said.append(str(e))
+  return said
+
+
+def test_path_checks_without_privileges(root, runs):
   """cli's checks, in a process that cannot override permissions."""
-  script = (
-      "from official_bert import cli\n"
-      "for check, flag, path in [\n"
-      f"    (cli.check_input_file, 'a', {str(root / 'locked_text.txt')!r}),\n"
-      f"    (cli.check_input_file, 'b', {str(root / 'locked' / 'text.txt')!r}),\n"
-      f"    (cli.check_input_dir, 'c', {str(root / 'locked' / 'cls')!r}),\n"
-      f"    (cli.check_output_dir, 'd', {str(root / 'read_only')!r}),\n"
-      f"    (cli.check_output_dir, 'e', {str(root / 'read_only' / 'x')!r}),\n"
-      f"    (cli.check_output_file, 'f', {str(root / 'read_only' / 'x')!r})]:\n"
-      "  try:\n"
-      "    check(flag, path)\n"
-      "    print('no error')\n"
-      "  except cli.Error as e:\n"
-      "    print(e)\n")
-  status, lines = _run(["-c", script])
-  assert status == 0, lines
   locked = root / "locked"
-  assert lines == [
+  assert runs["path checks"] == [
       f"--a={root}/locked_text.txt is not readable; check its permissions.",
       f"--b={locked}/text.txt cannot be reached: {locked} is not readable; "
       "check its permissions.",
@@ -243,64 +242,102 @@ def _cases(r):
   }
 
 
-@pytest.mark.parametrize("case", sorted(_cases("R")))
-def test_program_permission_error_is_one_sentence_last(root, case):
-  args, expected = _cases(root)[case]
-  program = args[1].split(".")[-1]
-  status, lines = _run(args)
-  testing.assert_one_sentence_last(status, lines, program, expected)
-  assert os.listdir(root / "out") == [] and os.listdir(
-      root / "read_only") == []
-
-
-@pytest.mark.slow
-def test_programs_that_import_tensorflow_first(root):
+def _tensorflow_cases(r):
   """The exporters' unwritable --export_dir (checked before the checkpoint
   is restored), their --init_checkpoint in or being an unreadable directory
   ("not found" and "holds no checkpoint" before), and convert_checkpoint's
-  --source in an unreadable directory ("does not exist" before), all at
-  once: each of these imports TensorFlow before its checks (~4 s)."""
-  if UNPRIVILEGED and not shutil.which("setpriv"):
-    pytest.skip("running as root without setpriv")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=testing.CHILD_PATH)
-  model = [f"--bert_config_file={root}/bert_config.json",
-           f"--init_checkpoint={root}/ckpt", f"--vocab_file={root}/vocab.txt"]
-  cases = {
+  --source in an unreadable directory ("does not exist" before): each of
+  these imports TensorFlow before its checks."""
+  model = [f"--bert_config_file={r}/bert_config.json",
+           f"--init_checkpoint={r}/ckpt", f"--vocab_file={r}/vocab.txt"]
+  return {
       "export_tfhub": (["-m", "export.export_tfhub"] + model +
-                       [f"--export_dir={root}/read_only/hub",
+                       [f"--export_dir={r}/read_only/hub",
                         "--seq_length=7"],
-                       f"--export_dir={root}/read_only/hub: {root}/read_only "
+                       f"--export_dir={r}/read_only/hub: {r}/read_only "
                        "is not writable"),
       "export_saved_model": (["-m", "export.export_saved_model"] + model +
-                             [f"--export_dir={root}/read_only/serving",
+                             [f"--export_dir={r}/read_only/serving",
                               "--max_seq_length=7"],
-                             f"--export_dir={root}/read_only/serving: "
-                             f"{root}/read_only is not writable"),
+                             f"--export_dir={r}/read_only/serving: "
+                             f"{r}/read_only is not writable"),
       "export_saved_model hidden checkpoint": (
           ["-m", "export.export_saved_model"] + model[:1] +
-          [f"--init_checkpoint={root}/locked/ckpt", model[2],
-           f"--export_dir={root}/out/serving", "--max_seq_length=7"],
-          f"checkpoint {root}/locked/ckpt cannot be reached: {root}/locked "
+          [f"--init_checkpoint={r}/locked/ckpt", model[2],
+           f"--export_dir={r}/out/serving", "--max_seq_length=7"],
+          f"checkpoint {r}/locked/ckpt cannot be reached: {r}/locked "
           "is not readable"),
       "export_tfhub unreadable checkpoint": (
           ["-m", "export.export_tfhub"] + model[:1] +
-          [f"--init_checkpoint={root}/locked_ckpt", model[2],
-           f"--export_dir={root}/out/hub", "--seq_length=7"],
-          f"checkpoint directory {root}/locked_ckpt is not readable"),
+          [f"--init_checkpoint={r}/locked_ckpt", model[2],
+           f"--export_dir={r}/out/hub", "--seq_length=7"],
+          f"checkpoint directory {r}/locked_ckpt is not readable"),
       "convert_checkpoint": (["-m", "official_bert.convert_checkpoint",
-                              f"--source={root}/locked/ckpt",
-                              f"--output_dir={root}/out/cv"],
-                             f"--source={root}/locked/ckpt cannot be "
-                             f"reached: {root}/locked is not readable"),
+                              f"--source={r}/locked/ckpt",
+                              f"--output_dir={r}/out/cv"],
+                             f"--source={r}/locked/ckpt cannot be "
+                             f"reached: {r}/locked is not readable"),
   }
-  procs = {case: subprocess.Popen(
-      UNPRIVILEGED + [sys.executable] + args, cwd=testing.ROOT, env=env,
-      text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-           for case, (args, _) in cases.items()}
-  for case, proc in procs.items():
-    output, _ = proc.communicate(timeout=300)
-    testing.assert_one_sentence_last(
-        proc.returncode, [l for l in output.splitlines() if l.strip()],
-        case.split()[0], cases[case][1])
-  assert os.listdir(root / "read_only") == [] and os.listdir(
-      root / "out") == []
+
+
+def child(root, results_file):
+  """Every case in turn, in this process (started without DAC privileges):
+  {case: {status, lines, written}} as JSON to `results_file`. The programs
+  whose checks come before TensorFlow run first."""
+  results = {}
+  try:
+    open(f"{root}/locked_text.txt", encoding="utf-8").close()
+    results["sanity"] = "read it"
+  except PermissionError as e:
+    results["sanity"] = f"PermissionError: {e}"
+  results["path checks"] = _path_checks(root)
+  for case, (args, _) in {**_cases(root), **_tensorflow_cases(root)}.items():
+    proc = testing.run_program(args[1], args[2:], check=False,
+                               merge_stderr=True)
+    results[case] = {
+        "status": proc.returncode,
+        "lines": [l for l in proc.stdout.splitlines() if l.strip()],
+        "written": sorted(os.listdir(f"{root}/out")) + sorted(
+            os.listdir(f"{root}/read_only"))}
+  with open(results_file, "w", encoding="utf-8") as f:
+    json.dump(results, f)
+
+
+@pytest.fixture(scope="module")
+def runs(root, tmp_path_factory):
+  """The child's results: one process, without DAC privileges, for all."""
+  _skip_without_setpriv()
+  results_file = tmp_path_factory.mktemp("permissions_results") / "r.json"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=testing.CHILD_PATH)
+  proc = subprocess.run(
+      UNPRIVILEGED + [sys.executable, "-m", "tests.permissions_test",
+                      str(root), str(results_file)],
+      cwd=testing.ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-5000:]
+  with open(results_file, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def _assert_case(root, runs, case, program, expected):
+  result = runs[case]
+  testing.assert_one_sentence_last(result["status"], result["lines"],
+                                   program, expected)
+  assert result["written"] == [], (case, result["written"])
+
+
+@pytest.mark.parametrize("case", sorted(_cases("R")))
+def test_program_permission_error_is_one_sentence_last(root, runs, case):
+  args, expected = _cases(root)[case]
+  _assert_case(root, runs, case, args[1].split(".")[-1], expected)
+
+
+@pytest.mark.parametrize("case", sorted(_tensorflow_cases("R")))
+def test_programs_that_import_tensorflow_first(root, runs, case):
+  _, expected = _tensorflow_cases(root)[case]
+  _assert_case(root, runs, case, case.split()[0], expected)
+
+
+if __name__ == "__main__":
+  child(sys.argv[1], sys.argv[2])
