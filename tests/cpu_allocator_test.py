@@ -57,39 +57,48 @@ def _probes(*envs):
   return results
 
 
-def _probe(env):
-  return _probes(env)[0]
+# Each case with oneDNN off and on: TensorFlow's default, BFC turned off by
+# the user, and the user's own 64 MB limit (which BFC must keep: a 100 MB
+# buffer is then refused).
+CASES = {"default": {},
+         "off": {"TF_CPU_ALLOCATOR_USE_BFC": "false"},
+         "limit": {"TF_CPU_ALLOCATOR_USE_BFC": "true",
+                   "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64"}}
+
+
+@pytest.fixture(scope="module")
+def probes():
+  """{(case, onednn): what _PROBE reported}: the six probes, all at once."""
+  keys = [(case, onednn) for case in CASES for onednn in ("0", "1")]
+  return dict(zip(keys, _probes(*[dict(CASES[case],
+                                        TF_ENABLE_ONEDNN_OPTS=onednn)
+                                   for case, onednn in keys])))
 
 
 @ONEDNN
-def test_bfc_by_default_with_the_machines_memory_as_limit(onednn):
+def test_bfc_by_default_with_the_machines_memory_as_limit(probes, onednn):
   from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
-  got = _probe({"TF_ENABLE_ONEDNN_OPTS": onednn})
+  got = probes["default", onednn]
   assert got["requested"] and got["in_use"] and not got["refused"]
   assert int(got["limit"]) == cpu_allocator.physical_memory_mb() > 1000
 
 
 @ONEDNN
-def test_the_users_choice_wins(onednn):
-  off, limit = _probes({"TF_CPU_ALLOCATOR_USE_BFC": "false",
-                        "TF_ENABLE_ONEDNN_OPTS": onednn},
-                       {"TF_CPU_BFC_MEM_LIMIT_IN_MB": "4096",
-                        "TF_ENABLE_ONEDNN_OPTS": onednn})
+def test_the_users_choice_wins(probes, onednn):
+  off, limit = probes["off", onednn], probes["limit", onednn]
   assert not off["requested"] and not off["in_use"]
   assert off["limit"] is None
-  assert limit["in_use"] and limit["limit"] == "4096"
+  assert limit["in_use"] and limit["limit"] == "64"
 
 
-def test_in_use_agrees_with_the_allocators_behaviour():
+@ONEDNN
+def test_in_use_agrees_with_the_allocators_behaviour(probes, onednn):
   """BFC refuses a 100 MB buffer over a 64 MB limit; oneDNN's allocator and
-  TensorFlow's default ignore the limit. in_use() must say which ran (with
-  oneDNN off and on; the four probes run at once)."""
-  cases = [(onednn, bfc) for onednn in ("0", "1") for bfc in ("true", "false")]
-  for (onednn, bfc), got in zip(cases, _probes(*[
-      {"TF_CPU_ALLOCATOR_USE_BFC": bfc, "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64",
-       "TF_ENABLE_ONEDNN_OPTS": onednn} for onednn, bfc in cases])):
-    assert got["refused"] == (bfc == "true"), (onednn, got)
-    assert got["in_use"] == got["refused"], (onednn, got)
+  TensorFlow's default do not. in_use() must say which ran."""
+  for case in ("off", "limit"):
+    got = probes[case, onednn]
+    assert got["refused"] == (case == "limit"), (case, got)
+    assert got["in_use"] == got["refused"], (case, got)
 
 
 # ---- oneDNN's rewrites (fine-tuning turns them on) ----
