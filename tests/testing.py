@@ -228,7 +228,11 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   saved_random = random.getstate(), np.random.get_state()
   was_parsed = flags.FLAGS.is_parsed()
   removed = _program_flags_removed()
-  keras.backend.clear_session()
+  # Keras's state (layer names) afresh, as in a new process. Without its
+  # gc.collect(): a full collection of a test worker's heap took ~0.2 s
+  # each time, twice per run (measured: 10 runs 12.4 -> 8.1 s of CPU);
+  # Python's own collector frees the run's cycles as it goes.
+  keras.backend.clear_session(free_memory=False)
   status = 0
   try:
     cli.fail = fail
@@ -270,7 +274,7 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
     os.environ.clear()
     os.environ.update(saved_env)
     _restore_flags(removed, was_parsed)
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)
     # What a run sets for its process: the precision policy, the seeds.
     keras.mixed_precision.set_global_policy(saved_policy)
     random.setstate(saved_random[0])
