@@ -37,7 +37,7 @@ _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",
                "text_pair", "dynamic_length", "pad_multiple",
                "normalize_embedding", "fill_mask", "fill_mask_top_k",
-               "remove_padding", "weights_dtype")
+               "remove_padding", "weights_dtype", "xla_single_text")
 
 
 def main(argv):
@@ -61,6 +61,7 @@ def main(argv):
         fill_mask=FLAGS.fill_mask, top_k=FLAGS.fill_mask_top_k,
         remove_padding=FLAGS.remove_padding,
         weights_dtype=FLAGS.weights_dtype,
+        xla_single_text=FLAGS.xla_single_text,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
   except (ValueError, OSError) as e:
@@ -121,6 +122,11 @@ def define_flags():
   flags.DEFINE_enum("weights_dtype", "float32", list(serving.WEIGHTS_DTYPES),
                     "bfloat16: weights and activations in bfloat16 (half "
                     "the size; faster only on CPUs with AVX512-BF16/AMX).")
+  flags.DEFINE_bool("xla_single_text", False,
+                    "A request of one text runs the model XLA-compiled, "
+                    "padded to a multiple of 16 (outputs cut back; same "
+                    "values within 1e-5); serve with tensorflow_model_server"
+                    " --xla_cpu_compilation_enabled=true.")
   flags.mark_flag_as_required("export_dir")
   flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 

@@ -515,3 +515,25 @@ def test_ner_scores_are_the_chosen_tags_softmax_probability(tmp_path):
     assert [t.decode() for t in got["tags"][b, :num_words[b]].numpy()] == [
         labels[i] for i in probabilities.argmax(-1)]
     assert not got["scores"][b, num_words[b]:].numpy().any()  # padding
+
+
+def test_xla_single_text_equals_the_plain_export(exported, served):
+  # One text (or pair) runs XLA-compiled at its bucket's length (8 or 16
+  # here), the outputs cut back to its length; several texts run as before.
+  module = serving.ServingModule(
+      exported["encoder"], serving.encoder_outputs, VOCAB, True, SEQ_LENGTH,
+      xla_single_text=True, single_text_bucket=8)
+  signature = module.signatures()["serving_default"]
+  library = signature.graph.as_graph_def().library.function
+  assert [f for f in library if f.attr["_XlaMustCompile"].b]  # XLA, really
+  plain = served.signatures["serving_default"]
+  for texts in (TEXTS[1:2], TEXTS[:1], TEXTS[2:], TEXTS):
+    got = signature(text=tf.constant(texts))
+    want = plain(text=tf.constant(texts))
+    for name, value in want.items():
+      assert got[name].shape == value.shape, (texts, name)
+      np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+  # The warmup texts fill each bucket exactly: [CLS] words [SEP].
+  lengths = [signature(text=tf.constant([texts["text"]]))["input_mask"].shape[1]
+             for texts in module.bucket_texts()]
+  assert lengths == [8, 16]
