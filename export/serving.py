@@ -57,6 +57,7 @@ import re
 
 import tensorflow as tf
 
+from export import litert_int8
 from export import saved_model_io
 from export import serving_weights
 from export import tfhub_modules
@@ -133,7 +134,8 @@ def mean_pool(sequence_output, input_mask, normalize=False):
   A row without tokens gives zeros. With `normalize`, each row is divided
   by its L2 norm (cosine similarity becomes a dot product).
   """
-  mask = tf.cast(input_mask, tf.float32)[:, :, None]  # [B, T, 1]
+  # [B, T, 1] (expand_dims: LiteRT has no builtin for a new-axis slice)
+  mask = tf.expand_dims(tf.cast(input_mask, tf.float32), -1)
   total = tf.reduce_sum(tf.cast(sequence_output, tf.float32) * mask, axis=1)
   count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)  # [B, 1]
   mean = total / count
@@ -437,7 +439,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        dynamic_length=True, pad_multiple=DEFAULT_PAD_MULTIPLE,
                        normalize_embedding=False, mlm_head=None,
                        top_k=DEFAULT_TOP_K, remove_padding=None,
-                       windowing=None, xla_single_text=False):
+                       windowing=None, xla_single_text=False,
+                       quantize="none"):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -470,6 +473,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     xla_single_text: one-text requests run XLA-compiled (see
       `ServingModule`); the warmup requests then hold one text per length
       bucket, so TF Serving compiles every bucket before it serves.
+    quantize: "int8" adds `model.tflite`, the `serving_ids` signature with
+      int8 weights (see `export/litert_int8.py`; its numeric outputs).
 
   Returns:
     The path of the written version directory.
@@ -487,6 +492,9 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     raise ValueError(f"pad_multiple must be at least 1, got {pad_multiple}")
   if top_k < 1:
     raise ValueError(f"top_k must be at least 1, got {top_k}")
+  if quantize not in litert_int8.QUANTIZE_CHOICES:
+    raise ValueError(f"quantize must be one of "
+                     f"{list(litert_int8.QUANTIZE_CHOICES)}, got {quantize!r}")
   vocab_size = getattr(model, "vocab_size", None)
   if vocab_size is None and hasattr(model, "encoder"):
     vocab_size = model.encoder.vocab_size
@@ -507,11 +515,30 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                               fill_mask=mlm_head is not None)
   if xla_single_text and warmup_texts:
     requests += _bucket_requests(module)
+  int8 = None
+  if quantize == "int8":
+    log("converting serving_ids to LiteRT with int8 weights")
+    int8 = int8_model(model, outputs, vocab_file, do_lower_case, seq_length)
+
+  def after_save(path):
+    write_warmup_requests(path, requests)
+    if int8 is not None:
+      litert_int8.write(path, int8)
+
   log(f"writing version {version} under {export_dir}")
   return saved_model_io.atomic_save(
       module, os.path.join(export_dir, str(version)),
-      signatures=module.signatures(),
-      after_save=lambda path: write_warmup_requests(path, requests))
+      signatures=module.signatures(), after_save=after_save)
+
+
+def int8_model(model, outputs, vocab_file, do_lower_case, seq_length):
+  """The LiteRT bytes of `model`'s `serving_ids` with int8 weights: its
+  numeric `outputs` (and `input_mask`, `sentence_embedding` with a
+  `sequence_output`), every layer on [B, T] (remove_padding's gathers have
+  no LiteRT builtin)."""
+  module = ServingModule(model, litert_int8.numeric(outputs), vocab_file,
+                         do_lower_case, seq_length, remove_padding=False)
+  return litert_int8.convert(module, SIGNATURE_IDS)
 
 
 def export_pretrained(export_dir, bert_config_file, init_checkpoint,
@@ -527,6 +554,9 @@ def export_pretrained(export_dir, bert_config_file, init_checkpoint,
   if weights_dtype not in WEIGHTS_DTYPES:
     raise ValueError(f"weights_dtype must be one of {list(WEIGHTS_DTYPES)}, "
                      f"got {weights_dtype!r}")
+  if weights_dtype == "bfloat16" and kwargs.get("quantize", "none") != "none":
+    raise ValueError("--quantize=int8 quantizes float32 weights: drop "
+                     "--weights_dtype=bfloat16 or --quantize")
   if kwargs.get("log"):
     kwargs["log"](f"restoring the encoder from {init_checkpoint}")
   encoder, mlm_head = saved_model_io.load_pretrained(
