@@ -122,9 +122,10 @@ class Int8Model:
       return cls(f.read(), **kwargs)
 
   def __call__(self, **inputs):
-    """Numpy (or array-like) inputs -> dict of numpy outputs."""
-    return self._runner(**{name: np.asarray(value, np.int32)
-                           for name, value in inputs.items()})
+    """Numpy (or array-like) inputs -> dict of numpy outputs; inputs the
+    signature does not take (a feature's id) are left out."""
+    return self._runner(**{name: np.asarray(inputs[name], np.int32)
+                           for name in self.signature["inputs"]})
 
   def predict(self, inputs, batch_size):
     """`__call__` over `inputs` (dict of numpy [N, T]) in batches of

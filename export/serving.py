@@ -474,7 +474,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       `ServingModule`); the warmup requests then hold one text per length
       bucket, so TF Serving compiles every bucket before it serves.
     quantize: "int8" adds `model.tflite`, the `serving_ids` signature with
-      int8 weights (see `export/litert_int8.py`; its numeric outputs).
+      int8 weights (see `export/litert_int8.py`; its numeric outputs); the
+      warmup then holds the `serving_ids` request only (what both serve).
 
   Returns:
     The path of the written version directory.
@@ -519,6 +520,11 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
   if quantize == "int8":
     log("converting serving_ids to LiteRT with int8 weights")
     int8 = int8_model(model, outputs, vocab_file, do_lower_case, seq_length)
+    # TF Serving replays the warmup against model.tflite too under
+    # --prefer_tflite_model, and a failed request fails the load: keep the
+    # requests both serve.
+    requests = [request for request in requests
+                if request.model_spec.signature_name == SIGNATURE_IDS]
 
   def after_save(path):
     write_warmup_requests(path, requests)

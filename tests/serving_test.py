@@ -552,10 +552,17 @@ def test_int8_export_adds_a_litert_serving_ids_with_int8_weights(
   path = serving.export_saved_model(
       str(tmp_path / "int8"), exported["encoder"], VOCAB,
       seq_length=SEQ_LENGTH, quantize="int8")
-  # The SavedModel (raw text, float32) is the plain one, warmup included.
+  # The SavedModel (raw text, float32) is the plain one. The warmup, which
+  # TF Serving replays against model.tflite under --prefer_tflite_model,
+  # holds only the request model.tflite answers too.
   assert set(tf.saved_model.load(path).signatures) == {"serving_default",
                                                        "serving_ids"}
-  assert os.path.exists(os.path.join(path, serving.WARMUP_FILE))
+  from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
+  logs = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
+          for record in tf.data.TFRecordDataset(
+              os.path.join(path, serving.WARMUP_FILE))]
+  assert [log.predict_log.request.model_spec.signature_name
+          for log in logs] == ["serving_ids"]
   model = litert_int8.Int8Model.load(path)
   # Dense kernels int8, one scale per output channel.
   details = model._interpreter.get_tensor_details()  # pylint: disable=protected-access
