@@ -289,9 +289,12 @@ def int8_model(fv, model):
   it into the export at `path` and returns the file's path."""
   from export import litert_int8  # pylint: disable=g-import-not-at-top
   from export import serving  # pylint: disable=g-import-not-at-top
-  content = serving.int8_model(model, litert_int8.model_outputs,
-                               fv.vocab_file, fv.do_lower_case,
-                               fv.max_seq_length)
+  try:
+    content = serving.int8_model(model, litert_int8.model_outputs,
+                                 fv.vocab_file, fv.do_lower_case,
+                                 fv.max_seq_length)
+  except ValueError as e:
+    raise cli.Error(str(e)) from None
   lite = litert_int8.Int8Model(content)
   names = set(lite.signature["outputs"])
 
