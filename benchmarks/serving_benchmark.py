@@ -1,4 +1,5 @@
-r"""Serving latency and throughput: our SavedModel vs Hugging Face and ONNX Runtime.
+r"""Serving latency and throughput: our SavedModel vs Hugging Face and ONNX Runtime,
+float32 and int8.
 
   python -m benchmarks.serving_benchmark               # 6-layer H384 and BERT-Base
   python -m benchmarks.serving_benchmark --quick       # 6-layer H384, fewer rounds
@@ -18,7 +19,15 @@ the graph, texts padded to the longest of the request); HF and ORT call
 --max_seq_length) and then the model. Workloads: `short`, real sentences of
 --corpus (mostly 10-30 WordPieces), and `long`, runs of consecutive corpus
 sentences cut to about --max_seq_length WordPieces. For each: the median and
-p95 latency of one text, and texts/s at batch 8 and 32.
+p99 latency of one text, and texts/s at batch 8 and 32.
+
+int8: `int8` is our `--quantize=int8` export's LiteRT model (model.tflite)
+after the project's tokenizer and packing run as one tf.function (TF Serving
+cannot run that tokenizer inside a LiteRT model: export/litert_int8.py);
+`onnx_int8` is `onnxruntime.quantization.quantize_dynamic` of the ONNX model
+(int8 weights per channel, dynamic activations). `xla` is our export with
+`--xla_single_text`. Ratios against ONNX Runtime are printed per precision,
+and int8's one-text time split into tokenizer and model.
 
 The machine may be shared, so the peers take turns: every round runs a
 slice of each measurement on every peer (in a rotating order) and the
@@ -44,8 +53,12 @@ MODELS = {
 
 def _define_flags():
   flags.DEFINE_list("models", list(MODELS), f"Which of {list(MODELS)}.")
-  flags.DEFINE_list("peers", ["hf", "onnx"], "Peers to time beside ours: "
-                    "hf, onnx, and padded (our export with "
+  flags.DEFINE_list("peers", ["hf", "onnx", "xla", "int8", "onnx_int8"],
+                    "Peers to time beside ours: hf, onnx, xla (our export "
+                    "with --xla_single_text), int8 (its --quantize=int8 "
+                    "LiteRT model after our in-graph tokenizer), onnx_int8 "
+                    "(onnxruntime.quantization.quantize_dynamic of onnx's "
+                    "model, int8 per channel), and padded (our export with "
                     "remove_padding=False: every layer on [B, T]).")
   flags.DEFINE_bool("quick", False, "L6_H384 only, fewer rounds (~2 min).")
   flags.DEFINE_integer("rounds", 8, "Interleaved rounds per model.")
@@ -117,26 +130,47 @@ class _Peers:
     shutil.copyfile(args.vocab_file, os.path.join(hf_dir, "vocab.txt"))
     ckpt = os.path.join(root, "ckpt")
     convert_checkpoint.convert(hf_dir, ckpt)
-    def export(name, remove_padding):
+    def export(name, remove_padding, **kwargs):
       path = serving.export_pretrained(
           os.path.join(root, name), os.path.join(ckpt, "bert_config.json"),
           ckpt, os.path.join(ckpt, "vocab.txt"),
           seq_length=args.max_seq_length, pad_multiple=args.pad_multiple,
-          fill_mask=False, warmup_texts=(), remove_padding=remove_padding)
+          fill_mask=False, warmup_texts=(), remove_padding=remove_padding,
+          **kwargs)
       signature = tf.saved_model.load(path).signatures["serving_default"]
+      self.paths[name] = path
       return lambda texts: signature(text=tf.constant(texts))
     self.max_seq_length = args.max_seq_length
     self.root, self.ckpt = root, ckpt
     self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
                                                     do_lower_case=True)
     self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
+    self.paths = {}
     self.fns = {"ours": export("export", None)}
     if "padded" in args.peers:
       self.fns["padded"] = export("export_padded", False)
+    if "xla" in args.peers or "int8" in args.peers:
+      xla = export("export_xla", None, xla_single_text=True,
+                   quantize="int8" if "int8" in args.peers else "none")
+      if "xla" in args.peers:
+        self.fns["xla"] = xla
+        for words in range(14, args.max_seq_length, 16):  # each bucket
+          xla([" ".join(["the"] * words)])
+      if "int8" in args.peers:
+        self.fns["int8"] = self._int8(self.paths["export_xla"])
     if "hf" in args.peers:
       self.fns["hf"] = self._hf
-    if "onnx" in args.peers:
-      self.fns["onnx"] = self._onnx_session(os.path.join(root, "bert.onnx"))
+    if "onnx" in args.peers or "onnx_int8" in args.peers:
+      onnx = self._onnx_session(os.path.join(root, "bert.onnx"))
+      if "onnx" in args.peers:
+        self.fns["onnx"] = onnx
+    if "onnx_int8" in args.peers:
+      from onnxruntime.quantization import QuantType, quantize_dynamic  # pylint: disable=g-import-not-at-top
+      quantize_dynamic(os.path.join(root, "bert.onnx"),
+                       os.path.join(root, "bert_int8.onnx"),
+                       weight_type=QuantType.QInt8, per_channel=True)
+      self.fns["onnx_int8"] = self._session(
+          os.path.join(root, "bert_int8.onnx"))
     print(f"{name}: {layers} layers, H={hidden}, I={intermediate}; built "
           f"and exported in {time.time() - start:.0f} s", flush=True)
     # The same weights: sequence_output of each peer on a few texts.
@@ -161,8 +195,27 @@ class _Peers:
       outputs = self.torch_model(**self._encode(texts, "pt"))
     return outputs.last_hidden_state.numpy(), outputs.pooler_output.numpy()
 
+  def _int8(self, path):
+    """Our int8 export from raw text: the project's tokenizer and packing
+    (the serving signature's, as one tf.function), then the LiteRT model.
+    `self.tokenize` alone is timed too (the breakdown)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from export import litert_int8  # pylint: disable=g-import-not-at-top
+    from export import serving  # pylint: disable=g-import-not-at-top
+    from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+    tokenizer = tokenization.FullTokenizer(
+        os.path.join(path, "assets", "vocab.txt"), do_lower_case=True)
+    pack = tf.function(lambda texts: serving.pack_to_longest(
+        [tokenizer.tokenize(texts)], self.max_seq_length, tokenizer.cls_id,
+        tokenizer.sep_id))
+    self.tokenize = lambda texts: {
+        name: value.numpy() for name, value in pack(tf.constant(texts)).items()}
+    model = litert_int8.Int8Model.load(
+        path, num_threads=flags.FLAGS.threads or None)
+    self.int8_encoder = lambda inputs: model(**inputs)
+    return lambda texts: model(**self.tokenize(texts))
+
   def _onnx_session(self, path):
-    import onnxruntime  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
     names = ["input_ids", "attention_mask", "token_type_ids"]
     example = self._encode(["hello world"], "pt")
@@ -186,6 +239,12 @@ class _Peers:
         tuple(example[name] for name in names), path,
         input_names=names, output_names=["last_hidden_state", "pooler_output"],
         dynamic_axes=axes, dynamo=False, opset_version=17)
+    return self._session(path)
+
+  def _session(self, path):
+    """ONNX Runtime on the ONNX model at `path`, after BertTokenizerFast."""
+    import onnxruntime  # pylint: disable=g-import-not-at-top
+    names = ["input_ids", "attention_mask", "token_type_ids"]
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = flags.FLAGS.threads
     session = onnxruntime.InferenceSession(
@@ -271,15 +330,30 @@ def _measure(peers, workloads, rounds):
   return times
 
 
-def _p95(values):
+def _p99(values):
   values = sorted(values)
-  return values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
+  return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+
+
+def _breakdown(peers, texts, rounds):
+  """int8's one text, split: the tokenizer and packing, the LiteRT model."""
+  import random  # pylint: disable=g-import-not-at-top
+  singles = random.Random(2).sample(texts, 8 * rounds)
+  tokenize, encoder = [], []
+  for text in singles:
+    start = time.perf_counter()
+    inputs = peers.tokenize([text])
+    middle = time.perf_counter()
+    peers.int8_encoder(inputs)
+    tokenize.append(middle - start)
+    encoder.append(time.perf_counter() - middle)
+  return statistics.median(tokenize) * 1e3, statistics.median(encoder) * 1e3
 
 
 def _report(name, peers, times, workloads):
-  print(f"\n{name}: median (p95) ms for one text, and its median CPU time "
+  print(f"\n{name}: median (p99) ms for one text, and its median CPU time "
         "(all threads); texts/s at batch 8 / 32 (median batch time)")
-  header = f"{'workload':8} {'peer':6} {'1 text ms':>16} {'cpu ms':>7} " \
+  header = f"{'workload':8} {'peer':9} {'1 text ms':>16} {'cpu ms':>7} " \
            f"{'b8 /s':>8} {'b32 /s':>8}   vs hf: latency, b8, b32"
   print(header)
   summary = {}
@@ -287,17 +361,17 @@ def _report(name, peers, times, workloads):
     row = {}
     for peer in peers.fns:
       one = times[(workload, peer, 1)]
-      row[peer] = (statistics.median(one) * 1e3, _p95(one) * 1e3,
+      row[peer] = (statistics.median(one) * 1e3, _p99(one) * 1e3,
                    8 / statistics.median(times[(workload, peer, 8)]),
                    32 / statistics.median(times[(workload, peer, 32)]),
                    statistics.median(times[(workload, peer, "cpu")]) * 1e3)
-    for peer, (median, p95, b8, b32, cpu) in row.items():
+    for peer, (median, p99, b8, b32, cpu) in row.items():
       ratios = ""
       if "hf" in row and peer != "hf":
         hf = row["hf"]
         ratios = (f"   {hf[0] / median:.2f}x, {b8 / hf[2]:.2f}x, "
                   f"{b32 / hf[3]:.2f}x")
-      print(f"{workload:8} {peer:6} {median:7.1f} ({p95:6.1f}) {cpu:7.1f} "
+      print(f"{workload:8} {peer:9} {median:7.1f} ({p99:6.1f}) {cpu:7.1f} "
             f"{b8:8.1f} {b32:8.1f}{ratios}")
     summary[workload] = row
   if "hf" in summary["short"]:
@@ -310,10 +384,21 @@ def _report(name, peers, times, workloads):
     print(f"{name} long: one-text latency ours/hf {ours[0] / hf[0]:.2f}, "
           f"batch-32 throughput ours/hf {ours[3] / hf[3]:.2f} (target: not "
           f"slower)")
-  if "onnx" in summary["short"]:
-    ours, ort = summary["short"]["ours"], summary["short"]["onnx"]
-    print(f"{name} short: ours/onnx one-text latency "
-          f"{ours[0] / ort[0]:.2f}, batch-32 throughput {ours[3] / ort[3]:.2f}")
+  short = summary["short"]
+  if "onnx" in short:
+    ort = short["onnx"]
+    one = short.get("xla", short["ours"])
+    print(f"{name} short float32: one-text p50 "
+          f"{'xla' if 'xla' in short else 'ours'}/onnx "
+          f"{one[0] / ort[0]:.2f} (target <= 1), ours/onnx "
+          f"{short['ours'][0] / ort[0]:.2f}; batch-32 throughput ours/onnx "
+          f"{short['ours'][3] / ort[3]:.2f} (target >= 1.5)")
+  if "int8" in short and "onnx_int8" in short:
+    ours, ort = short["int8"], short["onnx_int8"]
+    print(f"{name} short int8: one-text p50 int8/onnx_int8 "
+          f"{ours[0] / ort[0]:.2f} (target <= 1.25), p99 "
+          f"{ours[1] / ort[1]:.2f}; batch-32 throughput int8/onnx_int8 "
+          f"{ours[3] / ort[3]:.2f} (target >= 1.2)")
 
 
 def main(argv):
@@ -349,6 +434,11 @@ def main(argv):
       _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
       times = _measure(peers, workloads, rounds)
       _report(name, peers, times, workloads)
+      if "int8" in peers.fns:
+        tokenize, encoder = _breakdown(peers, short, rounds)
+        print(f"{name} short int8, one text: tokenizer + packing "
+              f"{tokenize:.2f} ms, LiteRT model {encoder:.2f} ms (medians)",
+              flush=True)
       print(f"load average at the end: {os.getloadavg()[0]:.1f}", flush=True)
   finally:
     if not args.work_dir:

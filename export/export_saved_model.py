@@ -30,6 +30,7 @@ if __name__ == "__main__":
   cli.start_tensorflow()  # before the exporters import it: no start-up lines
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from export import litert_int8
 from export import saved_model_io
 from export import serving
 
@@ -37,7 +38,7 @@ _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",
                "text_pair", "dynamic_length", "pad_multiple",
                "normalize_embedding", "fill_mask", "fill_mask_top_k",
-               "remove_padding", "weights_dtype")
+               "remove_padding", "weights_dtype", "xla_single_text", "quantize")
 
 
 def main(argv):
@@ -61,6 +62,7 @@ def main(argv):
         fill_mask=FLAGS.fill_mask, top_k=FLAGS.fill_mask_top_k,
         remove_padding=FLAGS.remove_padding,
         weights_dtype=FLAGS.weights_dtype,
+        xla_single_text=FLAGS.xla_single_text, quantize=FLAGS.quantize,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
   except (ValueError, OSError) as e:
@@ -81,6 +83,10 @@ def main(argv):
         f"{fill_mask}; ops: {len(ops['core'])} core "
         f"TF, {len(ops['tf_text'])} TF Text; {time.time() - start:.1f} s",
         flush=True)
+  if FLAGS.quantize == "int8":
+    print(f"Wrote {os.path.join(path, litert_int8.LITERT_FILE)}: "
+          f"{serving.SIGNATURE_IDS} with int8 weights (LiteRT; serve it with "
+          f"--prefer_tflite_model=true)", flush=True)
 
 
 def _signature_names(path):
@@ -121,6 +127,15 @@ def define_flags():
   flags.DEFINE_enum("weights_dtype", "float32", list(serving.WEIGHTS_DTYPES),
                     "bfloat16: weights and activations in bfloat16 (half "
                     "the size; faster only on CPUs with AVX512-BF16/AMX).")
+  flags.DEFINE_bool("xla_single_text", False,
+                    "A request of one text runs the model XLA-compiled, "
+                    "padded to a multiple of 16 (outputs cut back; same "
+                    "values within 1e-5); serve with tensorflow_model_server"
+                    " --xla_cpu_compilation_enabled=true.")
+  flags.DEFINE_enum("quantize", "none", list(litert_int8.QUANTIZE_CHOICES),
+                    "int8: also write <version>/model.tflite, serving_ids "
+                    "with int8 weights per channel (LiteRT; TF Serving "
+                    "serves it with --prefer_tflite_model=true).")
   flags.mark_flag_as_required("export_dir")
   flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 

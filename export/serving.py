@@ -57,6 +57,7 @@ import re
 
 import tensorflow as tf
 
+from export import litert_int8
 from export import saved_model_io
 from export import serving_weights
 from export import tfhub_modules
@@ -79,6 +80,9 @@ DEFAULT_WARMUP_TEXTS = (
 )
 DEFAULT_PAD_MULTIPLE = 1
 DEFAULT_TOP_K = 5
+# With `xla_single_text`, one text is padded to a multiple of this: at most
+# seq_length / 16 XLA compilations (one per bucket, made by the warmup).
+DEFAULT_SINGLE_TEXT_BUCKET = 16
 WEIGHTS_DTYPES = ("float32", "bfloat16")
 
 
@@ -130,7 +134,8 @@ def mean_pool(sequence_output, input_mask, normalize=False):
   A row without tokens gives zeros. With `normalize`, each row is divided
   by its L2 norm (cosine similarity becomes a dot product).
   """
-  mask = tf.cast(input_mask, tf.float32)[:, :, None]  # [B, T, 1]
+  # [B, T, 1] (expand_dims: LiteRT has no builtin for a new-axis slice)
+  mask = tf.expand_dims(tf.cast(input_mask, tf.float32), -1)
   total = tf.reduce_sum(tf.cast(sequence_output, tf.float32) * mask, axis=1)
   count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)  # [B, 1]
   mean = total / count
@@ -201,13 +206,24 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
       returning logits): `serving_default` runs each text's windows and
       returns one combined row per text. `serving_ids` stays one row per
       window.
+    xla_single_text: a `serving_default` request of one text (or pair)
+      runs the model as one XLA-compiled function (`jit_compile=True`; TF
+      Serving needs `--xla_cpu_compilation_enabled`), its length padded up
+      to a multiple of `single_text_bucket`; the outputs are cut back to
+      the text's length. The same values (within float rounding, 1e-5);
+      requests of several texts run as without it.
+    single_text_bucket: see `xla_single_text`.
   """
 
   def __init__(self, model, outputs, vocab_file, do_lower_case, seq_length,
                text_pair=False, dynamic_length=True,
                pad_multiple=DEFAULT_PAD_MULTIPLE, normalize_embedding=False,
                mlm_head=None, top_k=DEFAULT_TOP_K, remove_padding=None,
-               windowing=None):
+               windowing=None, xla_single_text=False,
+               single_text_bucket=DEFAULT_SINGLE_TEXT_BUCKET):
+    if xla_single_text and windowing is not None:
+      raise ValueError("xla_single_text runs one text as one window; it "
+                       "cannot be combined with windowing (--doc_stride)")
     if windowing is not None and (text_pair or
                                   windowing.seq_length != seq_length):
       raise ValueError("windowing takes single texts, at seq_length "
@@ -242,6 +258,14 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
         remove_padding)
     self._top_k = min(top_k, tokenizer.vocab_size)
     self._vocab = tokenizer.vocab
+    self._single_text_bucket = single_text_bucket
+    self._text_pair = text_pair
+    # One XLA cluster: the model at the bucket's length (no remove_padding:
+    # a padded single text would make the token count, and so the compiled
+    # shapes, vary within a bucket).
+    self._xla_model = tfhub_modules.Untracked(tf.function(
+        self._model_call, jit_compile=True, autograph=False)
+        if xla_single_text else None)
     text = tf.TensorSpec([None], tf.string, name="text")
     if text_pair:
       text_b = tf.TensorSpec([None], tf.string, name="text_b")
@@ -270,10 +294,29 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
   def signatures(self):
     return dict(self._signatures.value)
 
+  def bucket_texts(self):
+    """With `xla_single_text`, one request per length bucket, each the
+    inputs of `serving_default` (`text` [, `text_b`] strings) packing to
+    that bucket: a vocabulary word repeated (what the warmup sends, so
+    that each bucket is compiled before the first real request)."""
+    if self._xla_model.value is None:
+      return []
+    word = next(token for token in self._vocab
+                if token.isalpha() and token.islower())
+    bucket, pair = self._single_text_bucket, self._text_pair
+    requests = []
+    for length in range(bucket, self.seq_length + bucket, bucket):
+      words = max(min(length, self.seq_length) - 2 - int(pair), 2)
+      texts = {"text": " ".join([word] * (words - words // 2 * pair))}
+      if pair:
+        texts["text_b"] = " ".join([word] * (words // 2))
+      requests.append(texts)
+    return requests
+
   def _serve_text(self, text):
     pieces = self._tokenizer.value.tokenize(text)
     if self._windowing is None:
-      return self._run(self._pack([pieces]))
+      return self._run_texts(self._pack([pieces]))
     # Windows of seq_length every doc_stride pieces; one row per text.
     inputs, window_text = self._windowing.pack(
         pieces, *self._ids,
@@ -283,8 +326,8 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
 
   def _serve_pair(self, text, text_b):
     tokenizer = self._tokenizer.value
-    return self._run(self._pack([tokenizer.tokenize(text),
-                                 tokenizer.tokenize(text_b)]))
+    return self._run_texts(self._pack([tokenizer.tokenize(text),
+                                       tokenizer.tokenize(text_b)]))
 
   def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
     # Longer requests are cut to seq_length (the model cannot take more
@@ -301,10 +344,40 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     return pack_to_longest(segments, self.seq_length, *self._ids,
                            pad_multiple=pad_multiple)
 
-  def _run(self, inputs, combine=None):
+  def _run_texts(self, inputs):
+    """`_run`, or with `xla_single_text` and one row, the XLA path."""
+    if self._xla_model.value is None:
+      return self._run(inputs)
+    return tf.cond(tf.equal(tf.shape(inputs["input_word_ids"])[0], 1),
+                   lambda: self._run(inputs, single=True),
+                   lambda: self._run(inputs))
+
+  def _model_call(self, inputs):
+    with self._weights.value.scope():
+      return self._model.value(inputs, training=False)
+
+  def _single_text_model(self, inputs):
+    """The XLA-compiled model on one row padded to its bucket, its outputs
+    cut back to the row's length T (on every axis 1 of unknown size: the
+    ones that follow the input's length)."""
+    length = tf.shape(inputs["input_word_ids"])[1]
+    bucket = self._single_text_bucket
+    padded_length = tf.minimum((length + bucket - 1) // bucket * bucket,
+                               self.seq_length)
+    padded = {name: tf.pad(tensor, [[0, 0], [0, padded_length - length]])
+              for name, tensor in inputs.items()}  # [1, T'], zeros after T
+    outputs = self._xla_model.value(padded)
+    return tf.nest.map_structure(
+        lambda t: t[:, :length] if t.shape.rank >= 2 and t.shape[1] is None
+        else t, outputs)
+
+  def _run(self, inputs, combine=None, single=False):
     extra = {"remove_padding": True} if self._remove_padding else {}
     with self._weights.value.scope():
-      model_outputs = self._model.value(inputs, training=False, **extra)
+      if single:
+        model_outputs = self._single_text_model(inputs)
+      else:
+        model_outputs = self._model.value(inputs, training=False, **extra)
       if combine is not None:
         model_outputs = combine(model_outputs)
       named = self._outputs(model_outputs)
@@ -366,7 +439,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        dynamic_length=True, pad_multiple=DEFAULT_PAD_MULTIPLE,
                        normalize_embedding=False, mlm_head=None,
                        top_k=DEFAULT_TOP_K, remove_padding=None,
-                       windowing=None):
+                       windowing=None, xla_single_text=False,
+                       quantize="none"):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -396,6 +470,12 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       `ServingModule`); None: whenever the model supports it.
     windowing: texts of any length as windows, one combined row per text
       (see `ServingModule`).
+    xla_single_text: one-text requests run XLA-compiled (see
+      `ServingModule`); the warmup requests then hold one text per length
+      bucket, so TF Serving compiles every bucket before it serves.
+    quantize: "int8" adds `model.tflite`, the `serving_ids` signature with
+      int8 weights (see `export/litert_int8.py`; its numeric outputs); the
+      warmup then holds the `serving_ids` request only (what both serve).
 
   Returns:
     The path of the written version directory.
@@ -413,6 +493,9 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     raise ValueError(f"pad_multiple must be at least 1, got {pad_multiple}")
   if top_k < 1:
     raise ValueError(f"top_k must be at least 1, got {top_k}")
+  if quantize not in litert_int8.QUANTIZE_CHOICES:
+    raise ValueError(f"quantize must be one of "
+                     f"{list(litert_int8.QUANTIZE_CHOICES)}, got {quantize!r}")
   vocab_size = getattr(model, "vocab_size", None)
   if vocab_size is None and hasattr(model, "encoder"):
     vocab_size = model.encoder.vocab_size
@@ -427,14 +510,41 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       model, outputs, vocab_file, do_lower_case, seq_length, text_pair,
       dynamic_length=dynamic_length, pad_multiple=pad_multiple,
       normalize_embedding=normalize_embedding, mlm_head=mlm_head,
-      top_k=top_k, remove_padding=remove_padding, windowing=windowing)
+      top_k=top_k, remove_padding=remove_padding, windowing=windowing,
+      xla_single_text=xla_single_text)
   requests = _warmup_requests(list(warmup_texts), text_pair,
                               fill_mask=mlm_head is not None)
+  if xla_single_text and warmup_texts:
+    requests += _bucket_requests(module)
+  int8 = None
+  if quantize == "int8":
+    log("converting serving_ids to LiteRT with int8 weights")
+    int8 = int8_model(model, outputs, vocab_file, do_lower_case, seq_length)
+    # TF Serving replays the warmup against model.tflite too under
+    # --prefer_tflite_model, and a failed request fails the load: keep the
+    # requests both serve.
+    requests = [request for request in requests
+                if request.model_spec.signature_name == SIGNATURE_IDS]
+
+  def after_save(path):
+    write_warmup_requests(path, requests)
+    if int8 is not None:
+      litert_int8.write(path, int8)
+
   log(f"writing version {version} under {export_dir}")
   return saved_model_io.atomic_save(
       module, os.path.join(export_dir, str(version)),
-      signatures=module.signatures(),
-      after_save=lambda path: write_warmup_requests(path, requests))
+      signatures=module.signatures(), after_save=after_save)
+
+
+def int8_model(model, outputs, vocab_file, do_lower_case, seq_length):
+  """The LiteRT bytes of `model`'s `serving_ids` with int8 weights: its
+  numeric `outputs` (and `input_mask`, `sentence_embedding` with a
+  `sequence_output`), every layer on [B, T] (remove_padding's gathers have
+  no LiteRT builtin)."""
+  module = ServingModule(model, litert_int8.numeric(outputs), vocab_file,
+                         do_lower_case, seq_length, remove_padding=False)
+  return litert_int8.convert(module, SIGNATURE_IDS)
 
 
 def export_pretrained(export_dir, bert_config_file, init_checkpoint,
@@ -450,6 +560,9 @@ def export_pretrained(export_dir, bert_config_file, init_checkpoint,
   if weights_dtype not in WEIGHTS_DTYPES:
     raise ValueError(f"weights_dtype must be one of {list(WEIGHTS_DTYPES)}, "
                      f"got {weights_dtype!r}")
+  if weights_dtype == "bfloat16" and kwargs.get("quantize", "none") != "none":
+    raise ValueError("--quantize=int8 quantizes float32 weights: drop "
+                     "--weights_dtype=bfloat16 or --quantize")
   if kwargs.get("log"):
     kwargs["log"](f"restoring the encoder from {init_checkpoint}")
   encoder, mlm_head = saved_model_io.load_pretrained(
@@ -517,6 +630,19 @@ def _warmup_requests(texts, text_pair, fill_mask=False):
     mask_request.inputs["text"].CopyFrom(tf.make_tensor_proto(
         [f"{text} {MASK_TOKEN}" for text in texts]))
     requests.append(mask_request)
+  return requests
+
+
+def _bucket_requests(module):
+  """PredictRequests of `module.bucket_texts()`."""
+  from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
+  requests = []
+  for texts in module.bucket_texts():
+    request = predict_pb2.PredictRequest()
+    request.model_spec.signature_name = SIGNATURE_TEXT
+    for name, value in texts.items():
+      request.inputs[name].CopyFrom(tf.make_tensor_proto([value]))
+    requests.append(request)
   return requests
 
 

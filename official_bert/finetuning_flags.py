@@ -39,7 +39,7 @@ from official_bert.training import finetuner
 
 def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                  predict_batch_size=8, do_eval=True, export_help=None,
-                 task_data_dir_help=None):
+                 task_data_dir_help=None, max_quantization_drop=0.005):
   """The original's fine-tuning flags and the trainer's, with per-program
   defaults (defined only when a program runs); --task_data_dir with
   `task_data_dir_help`, what the program reads there."""
@@ -60,6 +60,15 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
                       "fine-tuned model for TF Serving here.")
+  flags.DEFINE_enum("quantize", "none", ["none", "int8"], "int8: with "
+                    "--export_dir, also write <version>/model.tflite, the "
+                    "model with int8 weights (LiteRT, ids in; TF Serving "
+                    "--prefer_tflite_model=true), after its dev metric "
+                    "passes --max_quantization_drop.")
+  flags.DEFINE_float("max_quantization_drop", max_quantization_drop,
+                     "With --quantize=int8: the largest drop of "
+                     "--best_metric on dev, int8 against float32, as a "
+                     "fraction of the metric's range (F1 in percent: /100).")
   # ---- padding (training/padding.py) and evaluation while training
   flags.DEFINE_bool("dynamic_padding", True, "Pad each batch only to its "
                     "longest example (rounded up to --pad_to_multiple_of) "
@@ -123,6 +132,15 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   check_output_dir("--output_dir", fv.output_dir)
   if fv.init_checkpoint and cli.blocked_by(fv.init_checkpoint):
     raise cli.missing("init_checkpoint", fv.init_checkpoint)
+  if fv.quantize == "int8" and not fv.export_dir:
+    raise app.UsageError("--quantize=int8 quantizes the export: pass "
+                         "--export_dir.")
+  if fv.quantize == "int8" and not getattr(fv, "do_eval", fv.do_predict):
+    raise app.UsageError("--quantize=int8 is checked on the dev set: pass "
+                         "--do_eval.")
+  if fv.max_quantization_drop < 0:
+    raise app.UsageError(f"--max_quantization_drop must be 0 or more, got "
+                         f"{fv.max_quantization_drop}.")
   if fv.export_dir and os.path.isfile(fv.export_dir):
     raise app.UsageError(f"--export_dir {fv.export_dir} is a file; pass "
                          "a directory (the model's base path).")
@@ -260,7 +278,31 @@ def run(fv, task, program, export=None):
       eval_batch_size=(fv.eval_batch_size if evaluating
                        else fv.predict_batch_size),
       predict_batch_size=fv.predict_batch_size,
-      export=export if fv.export_dir else None)
+      export=export if fv.export_dir else None,
+      int8=(lambda model: int8_model(fv, model)) if fv.quantize == "int8"
+      else None, max_quantization_drop=fv.max_quantization_drop)
+
+
+def int8_model(fv, model):
+  """`(predict, save)` of `model` with int8 weights (export/litert_int8.py):
+  `predict(inputs, batch_size)` -> the model's outputs, `save(path)` writes
+  it into the export at `path` and returns the file's path."""
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  from export import serving  # pylint: disable=g-import-not-at-top
+  try:
+    content = serving.int8_model(model, litert_int8.model_outputs,
+                                 fv.vocab_file, fv.do_lower_case,
+                                 fv.max_seq_length)
+  except ValueError as e:
+    raise cli.Error(str(e)) from None
+  lite = litert_int8.Int8Model(content)
+  names = set(lite.signature["outputs"])
+
+  def predict(inputs, batch_size):
+    outputs = lite.predict(inputs, batch_size)
+    return outputs["logits"] if names == {"logits"} else outputs
+
+  return predict, lambda path: litert_int8.write(path, content)
 
 
 def data_error(error):

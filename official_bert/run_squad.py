@@ -47,7 +47,7 @@ def define_flags():
       max_seq_length=384, learning_rate=5e-5, train_batch_size=32,
       predict_batch_size=8, do_eval=False, export_help="If set, export the "
       "fine-tuned model for TF Serving (question and context in, answer "
-      "out) here.")
+      "out) here.", max_quantization_drop=0.01)
   flags.DEFINE_string("train_file", None, "SQuAD json for training, e.g. "
                       "train-v1.1.json.")
   flags.DEFINE_string("predict_file", None, "SQuAD json for predictions, e.g. "

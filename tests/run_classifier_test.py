@@ -98,13 +98,24 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
 
   # Eval/predict only: the run restores the fine-tuned checkpoint from
   # output_dir (the trainer's resume), reproduces the numbers and exports.
+  # With --quantize=int8: the int8 (LiteRT) model's dev metrics beside them.
   again = testing.run_cli(_flags(
       task, out, config, "--do_eval", "--do_predict", "--eval_batch_size=13",
-      f"--export_dir={tmp_path / 'serving'}"))
+      f"--export_dir={tmp_path / 'serving'}", "--quantize=int8"))
   assert "Resumed from" in again.stdout and "ckpt-112" in again.stdout
   second = _results(out / "eval_results.txt")
   for key in results:
     assert second[key] == pytest.approx(results[key], abs=1e-5), key
+    assert f"int8_{key}" in second, key
+  # Accuracy within half a point (one dev example in 200), and not copied:
+  # the int8 model's own figures (its loss differs).
+  assert second["int8_eval_accuracy"] == pytest.approx(
+      results["eval_accuracy"], abs=0.0051)
+  assert second["int8_eval_loss"] != second["eval_loss"]
+  assert "int8 " in again.stdout.splitlines()[-1]
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  int8 = litert_int8.Int8Model.load(str(tmp_path / "serving" / "1"))
+  assert int8.signature["outputs"] == ["logits"]
   # Raw text in, the same probabilities out.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
@@ -269,3 +280,49 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, setup, flags_,
   last = proc.stderr.strip().splitlines()[-1]
   assert re.search(match, last), proc.stderr[-2000:]
   assert not out.exists()
+
+
+class _Run:
+  """What `finetuner._int8_gate` uses of a Finetuner."""
+
+  def __init__(self, best_metric=None):
+    self.config = type("Config", (), {"best_metric": best_metric})()
+    self.step = 7
+    self.written = []
+
+  def write_eval_results(self, result):
+    self.written.append(dict(result))
+
+
+@pytest.mark.parametrize("task_name, metric_range, value, int8_value, passes",
+                         [("eval_accuracy", 1.0, 0.90, 0.8951, True),
+                          ("eval_accuracy", 1.0, 0.90, 0.8949, False),
+                          ("f1", 100.0, 88.0, 87.01, True),  # SQuAD: /100
+                          ("f1", 100.0, 88.0, 86.99, False),
+                          ("eval_loss", 1.0, 0.30, 0.3049, True),  # lower
+                          ("eval_loss", 1.0, 0.30, 0.3051, False)])
+def test_int8_gate_refuses_a_drop_past_max_quantization_drop(
+    task_name, metric_range, value, int8_value, passes):
+  from official_bert import cli  # pylint: disable=g-import-not-at-top
+  from official_bert.training import finetuner  # pylint: disable=g-import-not-at-top
+  task = type("Task", (), {"best_metric": task_name,
+                           "metric_range": metric_range})()
+  max_drop = 0.01 if metric_range == 100 else 0.005
+  saved = []
+  # The planted int8 model: its predictions give `int8_value`.
+  predict = lambda inputs, batch_size: int8_value
+  dev = lambda step, predictor: {task_name: predictor({}), "step": step}
+  run = _Run()
+  gate = lambda: finetuner._int8_gate(  # pylint: disable=protected-access
+      run, task, (predict, lambda path: saved.append(path) or path + "/m"),
+      {task_name: value, "step": 7}, "/export/1", dev, 8, max_drop)
+  if passes:
+    assert gate().startswith("int8 /export/1/m")
+    assert saved == ["/export/1"]
+  else:
+    with pytest.raises(cli.Error, match=r"exceeds --max_quantization_drop="
+                       r".*only the float32 export /export/1 was written"):
+      gate()
+    assert not saved
+  assert run.written == [{task_name: value, "step": 7,
+                          f"int8_{task_name}": int8_value, "int8_step": 7}]

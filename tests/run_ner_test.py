@@ -69,7 +69,9 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
   os.makedirs(kept)
   for path in tf.io.gfile.glob(first_prefix + ".*"):
     shutil.copy(path, kept)
-  resumed = testing.run_cli(flags_)
+  # The int8 gate's mechanics on NER (1: any drop of the F1 passes).
+  resumed = testing.run_cli(flags_ + ["--quantize=int8",
+                                      "--max_quantization_drop=1"])
   steps = int(resumed.stdout.split("run_ner done at step ")[1].split(":")[0])
   assert 4 <= first < steps, (first, steps)  # killed mid-run
   assert f"at step {first}" in resumed.stdout
@@ -103,6 +105,8 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
     assert results[f"eval_{key}"] == pytest.approx(expected[key]), key
   _assert_tags_of_the_checkpoint(config, out_dir, sentences, predicted)
   assert {"eval_loss", "loss", "global_step"} <= set(results)
+  assert {f"int8_eval_{key}" for key in expected} <= set(results)
+  assert (tmp_path / "serving" / "1" / "model.tflite").exists()
   assert results["global_step"] == steps
   # Varied predicted tags (not all "O"), so the comparison below means
   # something.

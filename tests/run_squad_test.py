@@ -81,7 +81,10 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
       f"--export_dir={tmp_path / 'serving'}",
       # This early every question would be "no answer": a high threshold
       # keeps the spans' text in predictions.json and the served answers.
-      "--null_score_diff_threshold=1000"), timeout=1200)
+      "--null_score_diff_threshold=1000",
+      # The int8 gate's mechanics on SQuAD (this model only memorises, so
+      # any drop passes: 1 = the whole F1 range).
+      "--quantize=int8", "--max_quantization_drop=1"), timeout=1200)
   assert f"Resumed from {out / f'ckpt-{first}'} at step {first}" in proc.stdout
   assert f"Trained steps {first}..{steps}" in proc.stdout, proc.stdout[-3000:]
   assert "Initialised the encoder" not in proc.stdout
@@ -116,6 +119,11 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
   for key, value in expected.items():
     assert written[key] == pytest.approx(value), key
   assert written["global_step"] == steps
+  assert {f"int8_{key}" for key in expected} <= set(written)
+  assert "int8 " in proc.stdout.splitlines()[-1]
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  int8 = litert_int8.Int8Model.load(str(tmp_path / "serving" / "1"))
+  assert sorted(int8.signature["outputs"]) == ["end_logits", "start_logits"]
 
   # It learned its training questions: the loss falls, and the best span
   # (nbest's first non-empty answer: the threshold would pick "no answer"

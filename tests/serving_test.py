@@ -515,3 +515,74 @@ def test_ner_scores_are_the_chosen_tags_softmax_probability(tmp_path):
     assert [t.decode() for t in got["tags"][b, :num_words[b]].numpy()] == [
         labels[i] for i in probabilities.argmax(-1)]
     assert not got["scores"][b, num_words[b]:].numpy().any()  # padding
+
+
+def test_xla_single_text_equals_the_plain_export(exported, served):
+  # One text (or pair) runs XLA-compiled at its bucket's length (8 or 16
+  # here), the outputs cut back to its length; several texts run as before.
+  module = serving.ServingModule(
+      exported["encoder"], serving.encoder_outputs, VOCAB, True, SEQ_LENGTH,
+      xla_single_text=True, single_text_bucket=8)
+  signature = module.signatures()["serving_default"]
+  library = signature.graph.as_graph_def().library.function
+  assert [f for f in library if f.attr["_XlaMustCompile"].b]  # XLA, really
+  plain = served.signatures["serving_default"]
+  for texts in (TEXTS[1:2], TEXTS[:1], TEXTS[2:], TEXTS):
+    got = signature(text=tf.constant(texts))
+    want = plain(text=tf.constant(texts))
+    for name, value in want.items():
+      assert got[name].shape == value.shape, (texts, name)
+      np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+  # The warmup texts fill each bucket exactly: [CLS] words [SEP].
+  lengths = [signature(text=tf.constant([texts["text"]]))["input_mask"].shape[1]
+             for texts in module.bucket_texts()]
+  assert lengths == [8, 16]
+
+
+def test_int8_export_adds_a_litert_serving_ids_with_int8_weights(
+    exported, served, tmp_path):
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  root = exported["root"]
+  with pytest.raises(ValueError, match="drop --weights_dtype=bfloat16"):
+    serving.export_pretrained(
+        str(tmp_path / "no"), str(root / "bert_config.json"),
+        str(root / "ckpt" / "ckpt-1"), VOCAB, weights_dtype="bfloat16",
+        quantize="int8")
+  assert not (tmp_path / "no").exists()
+  path = serving.export_saved_model(
+      str(tmp_path / "int8"), exported["encoder"], VOCAB,
+      seq_length=SEQ_LENGTH, quantize="int8")
+  # The SavedModel (raw text, float32) is the plain one. The warmup, which
+  # TF Serving replays against model.tflite under --prefer_tflite_model,
+  # holds only the request model.tflite answers too.
+  assert set(tf.saved_model.load(path).signatures) == {"serving_default",
+                                                       "serving_ids"}
+  from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
+  logs = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
+          for record in tf.data.TFRecordDataset(
+              os.path.join(path, serving.WARMUP_FILE))]
+  assert [log.predict_log.request.model_spec.signature_name
+          for log in logs] == ["serving_ids"]
+  model = litert_int8.Int8Model.load(path)
+  # Dense kernels int8, one scale per output channel.
+  details = model._interpreter.get_tensor_details()  # pylint: disable=protected-access
+  int8 = [d for d in details if d["dtype"] == np.int8
+          and len(d["shape"]) == 2]
+  kernels = [d for d in int8 if d["name"].endswith("MatMul")]
+  # Every dense kernel (the column blocks of the feed-forward networks
+  # each) and the pooler; the word embeddings are int8 too, one scale.
+  assert len(kernels) == (4 + 8) * testing.LAYERS + 1
+  assert all(len(d["quantization_parameters"]["scales"]) == d["shape"][0]
+             for d in kernels)
+  ids = testing.random_inputs(seq=11, seed=4)
+  got = model(**ids)
+  want = served.signatures["serving_ids"](
+      **{k: tf.constant(v) for k, v in ids.items()})
+  assert set(got) == set(want)
+  np.testing.assert_array_equal(got["input_mask"], want["input_mask"])
+  a, b = got["sentence_embedding"], want["sentence_embedding"].numpy()
+  cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b,
+                                                                       axis=1)
+  assert cosine.min() > 0.99, cosine
+  # Not float32 in disguise: int8 weights change the values a little.
+  assert 0 < np.abs(got["pooled_output"] - want["pooled_output"]).max() < 0.1

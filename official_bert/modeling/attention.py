@@ -152,7 +152,9 @@ class SelfAttention(keras.layers.Layer):
     compute dtype, after dropout. Keys where `mask` [B, S] is 0 get -10000
     before the softmax, as the original."""
     bias = (1.0 - ops.cast(mask, "float32")) * -10000.0  # [B, S]
-    probs = ops.softmax(scores + bias[:, None, None, :], axis=-1)
+    # [B, 1, 1, S]; expand_dims, not bias[:, None, None, :]: a new-axis
+    # slice has no LiteRT builtin (the int8 export converts this graph).
+    probs = ops.softmax(scores + ops.expand_dims(bias, (1, 2)), axis=-1)
     return self.dropout(ops.cast(probs, self.compute_dtype),
                         training=training)
 

@@ -160,7 +160,8 @@ class BertSpanLabeler(_FineTuningModel):
     logits = ops.cast(self.classifier(
         self.dropout(sequence, training=training)), "float32")  # [B, T, 2]
     padding = 1.0 - ops.cast(inputs["input_mask"], "float32")  # [B, T]
-    logits = logits - 1e4 * padding[:, :, None]
+    # [B, T, 1]; expand_dims: a new-axis slice has no LiteRT builtin.
+    logits = logits - 1e4 * ops.expand_dims(padding, -1)
     return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
 
 

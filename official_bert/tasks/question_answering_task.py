@@ -106,6 +106,7 @@ class SquadTask:
 
   example_name = "questions"
   best_metric = "f1"
+  metric_range = 100.0  # f1 and exact_match are percentages
   metric_counts = staticmethod(squad_metric_counts)
 
   def __init__(self, config):

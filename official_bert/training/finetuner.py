@@ -299,15 +299,21 @@ def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None,
 
 
 def run_task(task, config, bert_config, *, program, do_eval, do_predict,
-             eval_batch_size, predict_batch_size, export=None):
+             eval_batch_size, predict_batch_size, export=None, int8=None,
+             max_quantization_drop=None):
   """A fine-tuning program's flow once its task is read and encoded: train
   (evaluating every eval_every_steps), evaluate, predict, export.
 
   `task` is one of tasks/*_task.py's, a `FinetuningTask` (training/task.py:
   the members this function and `Finetuner` use, what each returns).
   `export(model)` -> the exported path (the program's: the exporters sit
-  above the library). Returns False when SIGTERM stopped training (the
-  checkpoint is saved; a rerun resumes), True when done.
+  above the library). `int8(model)` -> `(predict, save)`: the int8 model's
+  `predict(inputs, batch_size)` (the model's outputs) and `save(path)`
+  (writes it into the export); it is evaluated like the model, written to
+  eval_results.txt with `int8_` keys, and saved only when its best_metric
+  is at most `max_quantization_drop` worse (see `quantization_drop`).
+  Returns False when SIGTERM stopped training (the checkpoint is saved; a
+  rerun resumes), True when done.
   """
   run = Finetuner(config, task, bert_config)
   run.write_run_files(bert_config, files=task.run_files())
@@ -316,31 +322,78 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   def predictor(batch_size):
     return lambda inputs, fill=0.0: run.predict(inputs, batch_size, fill)
 
-  def evaluate(step):
-    return task.evaluate(predictor(eval_batch_size), step)
+  def evaluate(step, predict=None):
+    return task.evaluate(predict or predictor(eval_batch_size), step)
 
   run.restore_or_warm_start()
   if config.do_train:
     if not run.train(*task.train_data(), evaluate):
       return False
   summary = []
+  result = dev = None
   if do_eval:
     result = evaluate(run.step)
     run.write_eval_results(result)
     summary.append(task.eval_summary(result))
+    dev = evaluate
   if do_predict:
-    files, said, result = task.predict(predictor(predict_batch_size),
-                                       run.step)
+    files, said, predicted = task.predict(predictor(predict_batch_size),
+                                          run.step)
     if run.is_chief:
       for name, text in files.items():
         run.write(name, text)
     summary.append(said)
-    if result is not None:  # a prediction file with answers: evaluated too
+    if predicted is not None:  # a prediction file with answers: evaluated
+      result = predicted
       run.write_eval_results(result)
       summary.append(task.eval_summary(result))
+      dev = lambda step, predict: task.predict(predict, step)[2]
   if export is not None and run.is_chief:
-    path = export(run.export_model(task.example_inputs()))
+    model = run.export_model(task.example_inputs())
+    path = export(model)
     summary.append(f"exported {path}")
+    if int8 is not None:
+      summary.append(_int8_gate(run, task, int8(model), result, path,
+                                dev, eval_batch_size, max_quantization_drop))
   print(f"{program} done at step {run.step}: " + "; ".join(summary)
         + f"; output in {config.output_dir}", flush=True)
   return True
+
+
+def quantization_drop(metric, value, int8_value, metric_range=1.0):
+  """How much worse `int8_value` is than `value`, as a fraction of the
+  metric's range (`metric_range` 100 for a percentage): positive when
+  worse, lower being better for names ending in loss or mse."""
+  from official_bert.training import best_checkpoint  # pylint: disable=g-import-not-at-top
+  drop = (value - int8_value) / metric_range
+  return -drop if best_checkpoint.lower_is_better(metric) else drop
+
+
+def _int8_gate(run, task, int8, result, path, dev, batch_size, max_drop):
+  """Evaluates the int8 model on the dev set as `dev(step, predict)` did
+  the float32 one, writes both to eval_results.txt, and saves the int8
+  model into `path` when its best_metric drops by at most `max_drop`;
+  else one sentence (a cli.Error), the float32 export kept."""
+  if dev is None:
+    raise cli.Error("--quantize=int8 is checked on the dev metric, and this "
+                    "run measured none: pass --do_eval (run_squad: a "
+                    "--predict_file with answers)")
+  predict, save = int8
+  metric = run.config.best_metric or task.best_metric
+  int8_result = dev(run.step, lambda inputs, fill=0.0: predict(inputs,
+                                                                batch_size))
+  both = dict(result)
+  both.update({f"int8_{key}": value for key, value in int8_result.items()})
+  run.write_eval_results(both)
+  metric_range = getattr(task, "metric_range", 1.0)
+  drop = quantization_drop(metric, result[metric], int8_result[metric],
+                           metric_range)
+  said = (f"{metric} float32 {result[metric]:.4f}, int8 "
+          f"{int8_result[metric]:.4f}")
+  if drop > max_drop + 1e-9:  # 0.825 - 0.82 is 0.0050000000000000044
+    raise cli.Error(f"the int8 model's {said}: a drop of {drop:.4f} of the "
+                    f"metric's range exceeds --max_quantization_drop="
+                    f"{max_drop}, so only the float32 export {path} was "
+                    f"written; raise the flag or export without "
+                    f"--quantize=int8")
+  return f"int8 {save(path)} ({said})"
