@@ -190,6 +190,16 @@ def atomic_dir(path, what="the export"):
     raise
 
 
+def check_new(export_path):
+  """`export_path` made absolute; a ValueError when it exists already (an
+  exporter checks before it traces, and atomic_save again)."""
+  export_path = os.path.abspath(export_path)
+  if tf.io.gfile.exists(export_path):
+    raise ValueError(f"export path {export_path} already exists; remove it "
+                     "or choose another path")
+  return export_path
+
+
 def atomic_save(obj, export_path, signatures=None, after_save=None):
   """`tf.saved_model.save` that publishes `export_path` only when complete.
 
@@ -203,10 +213,7 @@ def atomic_save(obj, export_path, signatures=None, after_save=None):
   Returns:
     `export_path`.
   """
-  export_path = os.path.abspath(export_path)
-  if tf.io.gfile.exists(export_path):
-    raise ValueError(f"export path {export_path} already exists; remove it "
-                     "or choose another path")
+  export_path = check_new(export_path)
   with atomic_dir(export_path, "the SavedModel") as tmp:
     tf.saved_model.save(obj, tmp, signatures=signatures)
     if after_save is not None:

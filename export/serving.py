@@ -502,6 +502,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
   if vocab_size is not None:
     saved_model_io.check_vocab(vocab_file, vocab_size)
   version = next_version(export_dir) if version is None else int(version)
+  saved_model_io.check_new(os.path.join(export_dir, str(version)))
   log = log or (lambda message: None)
   names = [SIGNATURE_TEXT, SIGNATURE_IDS] + (
       [SIGNATURE_FILL_MASK] if mlm_head is not None else [])
