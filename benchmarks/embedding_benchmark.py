@@ -31,6 +31,7 @@ datasets` (accelerate is in requirements-test.txt).
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -50,7 +51,7 @@ SIZES = {"tiny": (2, 128, 2, 512), "small": (6, 384, 6, 1536)}
 def define_flags():
   """The benchmark's flags (defined when it runs as a program)."""
   flags.DEFINE_string("work_dir", None, "Where the task, the weights and the "
-                      "runs go (kept).")
+                      "runs go (kept; a rerun reuses the weights).")
   flags.DEFINE_enum("size", "small", ["tiny", "small"], "small: L6 H384 A6 "
                     "I1536; tiny: L2 H128 A2 I512.")
   flags.DEFINE_integer("train_pairs", 2048, "Training pairs (a multiple of "
@@ -101,6 +102,7 @@ def prepare(work):
 
 def ours(work, turn):
   out = os.path.join(work, f"ours_{turn}")
+  shutil.rmtree(out, ignore_errors=True)  # a rerun trains afresh, not resumes
   load = os.getloadavg()[0]
   log = _program([
       "official_bert.run_embedding", f"--task_data_dir={work}/task",
