@@ -48,6 +48,8 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks import peer_flags
+
 flags.DEFINE_list("tasks", ["short", "long", "squad"], "Tasks to run.")
 flags.DEFINE_enum("model", "small", ["small", "base"], "small: L6 H384 A6 "
                   "I1536; base: BERT-Base (L12 H768 A12 I3072).")
@@ -60,13 +62,7 @@ flags.DEFINE_integer("long_train", 2048, "Training examples of long.")
 flags.DEFINE_integer("long_predict", 256, "Dev/test examples of long.")
 flags.DEFINE_integer("squad_train", 1024, "SQuAD training questions.")
 flags.DEFINE_integer("squad_predict", 256, "SQuAD dev questions.")
-flags.DEFINE_float("epochs", 1.0, "Training epochs.")
-flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate, both sides.")
-flags.DEFINE_integer("batch_size", 32, "Training and prediction batch.")
-flags.DEFINE_integer("seed", 12345, "Seed of both sides.")
-flags.DEFINE_integer("rounds", 1, "Rounds per task, each running ours then "
-                     "HF: medians of the rates (a noisy neighbour or a "
-                     "frequency change hits one round, not the figure).")
+peer_flags.define("HF")
 flags.DEFINE_bool("keep_work", False, "Keep the work directory (data, "
                   "models, our programs' logs) and print its path.")
 flags.DEFINE_list("ours_flags", [], "Extra flags for our programs, e.g. "

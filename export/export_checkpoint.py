@@ -17,8 +17,11 @@ Formats (`--export_dir` must not exist; it appears only when complete):
                          label_list.json (export/checkpoint_heads.py).
   sentence_transformers  the encoder as BertModel plus modules.json,
                          1_Pooling (mean over the mask, as the serving
-                         export's sentence_embedding), 2_Normalize with
-                         --normalize_embedding; any head's encoder exports.
+                         export's sentence_embedding; or the pooling.json
+                         beside the checkpoint: run_embedding's, or a
+                         converted sentence-transformers model's),
+                         2_Normalize with --normalize_embedding; any head's
+                         encoder exports.
   google_tf1             bert_model.ckpt under google-research/bert's
                          variable names and layouts (tf.raw_ops.SaveV2: plain
                          names, no object graph), bert_config.json, vocab.txt.
@@ -51,6 +54,7 @@ def export(export_dir, fmt, bert_config_file, init_checkpoint, vocab_file,
   from export import checkpoint_heads  # pylint: disable=g-import-not-at-top
   from export import hf_export  # pylint: disable=g-import-not-at-top
   from export import saved_model_io  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import embedding_task  # pylint: disable=g-import-not-at-top
   if fmt not in FORMATS:
     raise ValueError(f"--format={fmt} is not one of {', '.join(FORMATS)}")
   export_dir = os.path.abspath(export_dir)
@@ -74,13 +78,16 @@ def export(export_dir, fmt, bert_config_file, init_checkpoint, vocab_file,
     if model.task != "encoder":
       log(f"note: the {model.task} head is not part of a sentence-"
           "transformers model; its encoder is exported")
+    pooling = embedding_task.read_pooling(
+        embedding_task.checkpoint_dir(model.prefix)) or "mean"
+    log(f"pooling: {pooling}")
   with saved_model_io.atomic_dir(export_dir) as tmp:
     if fmt == "huggingface":
       hf_export.write_huggingface(model, tmp, vocab_file, do_lower_case)
     elif fmt == "sentence_transformers":
       hf_export.write_sentence_transformers(
           model, tmp, vocab_file, do_lower_case, max_seq_length,
-          normalize_embedding)
+          normalize_embedding, pooling)
     else:
       write_tf1(model, tmp, vocab_file)
   return model

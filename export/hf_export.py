@@ -12,7 +12,8 @@
   * `write_sentence_transformers(...)`: the encoder alone as `BertModel` plus
     the classic sentence-transformers modules: mean pooling over the input
     mask, as the serving export's `sentence_embedding` (export/serving.py's
-    `mean_pool`), and `2_Normalize` when that output is normalised.
+    `mean_pool`), or a run_embedding model's own pooling (mean or [CLS]),
+    and `2_Normalize` when that output is normalised.
 
 Names come from `checkpoint_names.hf_name`, the project's one name table.
 """
@@ -152,8 +153,9 @@ def write_tokenizer(directory, vocab_file, do_lower_case, config):
 
 
 def write_sentence_transformers(model, directory, vocab_file, do_lower_case,
-                                max_seq_length, normalize):
-  """The encoder as BertModel plus sentence-transformers' module files."""
+                                max_seq_length, normalize, pooling="mean"):
+  """The encoder as BertModel plus sentence-transformers' module files;
+  `pooling` "mean" or "cls" (run_embedding's, modeling/sentence_embedder.py)."""
   written = write_huggingface(model, directory, vocab_file, do_lower_case,
                               encoder_only=True)
   modules = [("sentence_transformers.models.Transformer", ""),
@@ -169,10 +171,11 @@ def write_sentence_transformers(model, directory, vocab_file, do_lower_case,
               {"max_seq_length": max_seq_length, "do_lower_case": False})
   os.mkdir(os.path.join(directory, "1_Pooling"))
   # Mean over the attention mask ([CLS] and [SEP] included), as
-  # serving.mean_pool over input_mask.
+  # serving.mean_pool over input_mask; or the [CLS] position's output.
   _write_json(directory, "1_Pooling/config.json", {
       "word_embedding_dimension": model.config.hidden_size,
-      "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+      "pooling_mode_cls_token": pooling == "cls",
+      "pooling_mode_mean_tokens": pooling == "mean",
       "pooling_mode_max_tokens": False,
       "pooling_mode_mean_sqrt_len_tokens": False,
       "pooling_mode_weightedmean_tokens": False,

@@ -7,6 +7,10 @@ Sources (detected from what `--source` holds):
   * Hugging Face: a directory with `config.json` and `model.safetensors` or
     `pytorch_model.bin` (BertModel, BertForPreTraining or BertForMaskedLM
     names, with or without the `bert.` prefix).
+  * sentence-transformers: such a directory with `modules.json` (the BERT in
+    it or in its Transformer module's folder); its Pooling module's mode
+    (mean or cls) is written as `pooling.json`, which run_embedding and
+    export_checkpoint --format=sentence_transformers read.
 
 Output, in `--output_dir`: `bert_model.ckpt.*` (a `BertPretrainer` saved by
 `checkpoints.save_model`, plus a `checkpoint` index so the directory itself
@@ -36,6 +40,7 @@ from official_bert.training import checkpoint_names
 from official_bert.training import checkpoints
 from official_bert import configs
 from official_bert.modeling import pretrainer as pretrainer_lib
+from official_bert.tasks import embedding_task
 
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 PREFIX_NAME = "bert_model.ckpt"
@@ -59,6 +64,8 @@ class ConversionResult:
   num_tensors: int
   unused: list              # source tensors the model has no variable for
   heads: str                # which pretraining heads came from the source
+  pooling: str | None = None  # a sentence-transformers model's (pooling.json)
+  pooling_note: str | None = None  # why its pooling was not recorded
 
 
 def read_tf1_checkpoint(path, bert_config_file=None, vocab_file=None):
@@ -141,6 +148,9 @@ def config_from_hf(config_path):
 
 def read_source(path, bert_config_file=None, vocab_file=None):
   """A `Source` from a HF directory or a TF1 checkpoint, by what `path` holds."""
+  if os.path.isdir(path):  # a sentence-transformers model: its BERT's folder
+    path = embedding_task.sentence_transformers_module(
+        path, "Transformer") or path
   if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
     return read_hf_directory(path, vocab_file)
   if not os.path.exists(path) and not os.path.exists(path + ".index"):
@@ -198,6 +208,13 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
                    f'model_checkpoint_path: "{PREFIX_NAME}"\n'
                    f'all_model_checkpoint_paths: "{PREFIX_NAME}"\n')
   source.config.to_json_file(os.path.join(output_dir, "bert_config.json"))
+  pooling, pooling_note = (None, None)
+  if os.path.isdir(source_path):
+    pooling, pooling_note = embedding_task.sentence_transformers_pooling(
+        source_path)
+  if pooling:
+    cli.atomic_write(os.path.join(output_dir, embedding_task.POOLING_FILE),
+                     embedding_task.pooling_json(pooling))
   if source.vocab_file:
     target = os.path.join(output_dir, "vocab.txt")
     if os.path.abspath(source.vocab_file) != os.path.abspath(target):
@@ -205,7 +222,7 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
           target, "wb") as dst:
         shutil.copyfileobj(src, dst)
   return ConversionResult(prefix, source, len(source.arrays) - len(unused),
-                          unused, heads)
+                          unused, heads, pooling, pooling_note)
 
 
 def _existing(preferred, default):
@@ -264,6 +281,11 @@ def main(argv):
           + (" ..." if len(source.ignored) > 6 else ""))
   if result.unused:
     print(f"unused source tensors ({len(result.unused)}): {result.unused}")
+  if result.pooling:
+    print(f"sentence-transformers pooling: {result.pooling} (written to "
+          f"{embedding_task.POOLING_FILE})")
+  if result.pooling_note:
+    print(f"note: {result.pooling_note}")
   if source.vocab_file is None:
     print("note: no vocab.txt found beside the source; pass --vocab_file to "
           "copy one into the output")

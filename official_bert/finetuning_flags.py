@@ -96,6 +96,15 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                        "never).")
 
 
+def splits(fv):
+  """The task files a run reads: train with --do_train, dev with --do_eval
+  or evaluation while training, test with --do_predict."""
+  evaluating = fv.do_eval or (fv.do_train and fv.eval_every_steps)
+  return tuple(split for split, wanted in (
+      ("train", fv.do_train), ("dev", evaluating),
+      ("test", fv.do_predict)) if wanted)
+
+
 def _modes(fv):
   return [m for m in ("do_train", "do_eval", "do_predict") if m in fv]
 

@@ -125,6 +125,11 @@ BLOCKS = {
         "--doc_pieces=800": "long documents",
         "python -m benchmarks.long_document_benchmark "
         "--work_dir=/tmp/long_docs_benchmark": "long document benchmark",
+        "python -m tools.retrieval_task --out_dir=/tmp/pairs --train=2000 "
+        "--dev=500": "sentence embeddings",
+        "python -m benchmarks.embedding_benchmark "
+        "--work_dir=/tmp/embedding_benchmark --rounds=2":
+            "embedding benchmark",
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
         "python -m tools.pydocs_ner --output_dir=/tmp/pydocs_ner "
         "--max_eval_sentences=600": "ner from the quickstart",
@@ -340,6 +345,18 @@ FLAGS_CHECKED_BLOCKS = {
         "test_windows_learn_beat_truncation_and_export_one_row_per_text: "
         "the same training, windows and evaluations on the same task's "
         "documents (the benchmark trains three models: minutes)"),
+    "sentence embeddings": (
+        "tests/embedding_test.py::"
+        "test_trains_exports_and_sentence_transformers_encode_agrees: "
+        "tools.retrieval_task's pairs, run_embedding train, eval and the "
+        "export, export_checkpoint --format=sentence_transformers of its "
+        "output_dir, encode against the export"),
+    "embedding benchmark": (
+        "tests/embedding_test.py::"
+        "test_trains_exports_and_sentence_transformers_encode_agrees: "
+        "run_embedding on tools.retrieval_task's pairs and "
+        "sentence-transformers on its export (the benchmark trains a "
+        "6-layer BERT twice a round: minutes)"),
     "ner": (
         "tests/run_ner_test.py::"
         "test_trains_predicts_exports_and_resumes_after_sigkill: train, "
@@ -1058,6 +1075,21 @@ def test_long_documents_block_flags(world):
 
 def test_long_document_benchmark_block_flags(world):
   (command,) = _check_flags("long document benchmark", world)
+  assert "--work_dir=" in command
+
+
+def test_sentence_embeddings_block_flags(world):
+  make, run, export = _check_flags("sentence embeddings", world)
+  # run_embedding reads the generator's files; the export reads its run.
+  out_dir = re.search(r"--out_dir=(\S+)", make).group(1)
+  output_dir = re.search(r"--output_dir=(\S+)", run).group(1)
+  assert f"--task_data_dir={out_dir} " in run and "--export_dir=" in run
+  assert f"--init_checkpoint={output_dir} " in export
+  assert "--format=sentence_transformers" in export
+
+
+def test_embedding_benchmark_block_flags(world):
+  (command,) = _check_flags("embedding benchmark", world)
   assert "--work_dir=" in command
 
 

@@ -15,6 +15,7 @@ import inspect
 import pytest
 
 from official_bert.tasks import classification_task
+from official_bert.tasks import embedding_task
 from official_bert.tasks import multi_label_task
 from official_bert.tasks import ner_task
 from official_bert.tasks import pretraining_task
@@ -38,6 +39,8 @@ def _tasks():
        task_lib.FinetuningTask),
       (ner_task.NerTask(ner_task.NerConfig(data_dir="d", output_dir="o")),
        task_lib.FinetuningTask),
+      (embedding_task.EmbeddingTask(embedding_task.EmbeddingConfig(
+          data_dir="d", output_dir="o")), task_lib.FinetuningTask),
       (question_answering_task.SquadTask(
           question_answering_task.SquadConfig()), task_lib.FinetuningTask),
       (pretraining_task.PretrainingTask(pretraining_task.PretrainingConfig(

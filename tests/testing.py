@@ -108,6 +108,16 @@ def assert_one_sentence_last(status, lines, program, expected):
   assert expected in lines[-1], lines[-1]
 
 
+def refused_input(module, argv):
+  """Runs `python -m <module> <argv>` in this process (run_program),
+  expecting it to refuse its input as `assert_one_sentence_last` says;
+  returns that last line."""
+  proc = run_program(module, argv, check=False, merge_stderr=True)
+  lines = [line for line in proc.stdout.splitlines() if line.strip()]
+  assert_one_sentence_last(proc.returncode, lines, module.split(".")[-1], "")
+  return lines[-1]
+
+
 def require_shared_data():
   """Skip (with the reason) when ../shared/data is not beside the checkout;
   under CI=true fail instead, so CI cannot pass by skipping these tests."""

@@ -45,6 +45,7 @@ def test_trainer_flags_are_defined_only_in_trainer_flags():
     ("official_bert.run_classifier", "100", "2"),
     ("official_bert.run_squad", "100", "2"),
     ("official_bert.run_ner", "100", "2"),
+    ("official_bert.run_embedding", "100", "2"),
 ])
 def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
                                                  kept):
@@ -59,7 +60,7 @@ def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
 TRAINING_FLAG_MODULES = (
     "official_bert/run_pretraining.py", "official_bert/run_classifier.py",
     "official_bert/run_squad.py", "official_bert/run_ner.py",
-    "official_bert/finetuning_flags.py", "official_bert/trainer_flags.py",
+    "official_bert/run_embedding.py", "official_bert/finetuning_flags.py", "official_bert/trainer_flags.py",
     "official_bert/tpu_flags.py")
 
 

@@ -208,3 +208,29 @@ class BertEncoder(keras.Model):
   @classmethod
   def from_config(cls, config):
     return cls(**config)
+
+
+class EncoderModel(keras.Model):
+  """A model around a `BertEncoder`, kept as `encoder` (so checkpoints hold
+  `model/encoder/...`): its build and its config round trip; subclasses add
+  their own arguments to `get_config`."""
+
+  def __init__(self, encoder, **kwargs):
+    super().__init__(**kwargs)
+    self.encoder = encoder
+
+  def build(self, input_shape):
+    if not self.encoder.built:
+      self.encoder.build(input_shape)
+    self.built = True
+
+  def get_config(self):
+    config = super().get_config()
+    config["encoder"] = keras.saving.serialize_keras_object(self.encoder)
+    return config
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+    return cls(**config)

@@ -28,14 +28,13 @@ def _build_encoder_model(model):
   return model
 
 
-class _FineTuningModel(keras.Model):
+class _FineTuningModel(encoder_lib.EncoderModel):
   """Stores the encoder, the dropout rate and the output size."""
 
   def __init__(self, encoder, num_classes, dropout_rate=None, **kwargs):
-    super().__init__(**kwargs)
+    super().__init__(encoder, **kwargs)
     if int(num_classes) < 1:
       raise ValueError(f"num_classes must be at least 1, got {num_classes!r}")
-    self.encoder = encoder
     self.num_classes = int(num_classes)
     # The original fine-tunes with the config's hidden dropout on the head.
     self.dropout_rate = (encoder.hidden_dropout_prob if dropout_rate is None
@@ -57,24 +56,14 @@ class _FineTuningModel(keras.Model):
     return _build_encoder_model(cls(encoder, num_classes, **kwargs))
 
   def build(self, input_shape):
-    if not self.encoder.built:
-      self.encoder.build(input_shape)
+    super().build(input_shape)
     self.classifier.build((None, self.encoder.hidden_size))
-    self.built = True
 
   def get_config(self):
     config = super().get_config()
-    config.update({
-        "encoder": keras.saving.serialize_keras_object(self.encoder),
-        "num_classes": self.num_classes,
-        "dropout_rate": self.dropout_rate})
+    config.update({"num_classes": self.num_classes,
+                   "dropout_rate": self.dropout_rate})
     return config
-
-  @classmethod
-  def from_config(cls, config):
-    config = dict(config)
-    config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-    return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="official_bert")

@@ -22,7 +22,7 @@ PRETRAINING_INPUT_NAMES = encoder_lib.INPUT_NAMES + ("masked_lm_positions",)
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
-class BertPretrainer(keras.Model):
+class BertPretrainer(encoder_lib.EncoderModel):
   """BERT with its pretraining heads (`cls/predictions`, `cls/seq_relationship`).
 
   Args:
@@ -39,8 +39,7 @@ class BertPretrainer(keras.Model):
 
   def __init__(self, encoder, use_next_sentence=True, **kwargs):
     kwargs.setdefault("name", "bert_pretrainer")
-    super().__init__(**kwargs)
-    self.encoder = encoder
+    super().__init__(encoder, **kwargs)
     self.use_next_sentence = use_next_sentence
     config = encoder.bert_config
     self.cls_predictions = heads.MaskedLMHead(
@@ -91,15 +90,8 @@ class BertPretrainer(keras.Model):
 
   def get_config(self):
     config = super().get_config()
-    config.update(encoder=keras.saving.serialize_keras_object(self.encoder),
-                  use_next_sentence=self.use_next_sentence)
+    config["use_next_sentence"] = self.use_next_sentence
     return config
-
-  @classmethod
-  def from_config(cls, config):
-    config = dict(config)
-    config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-    return cls(**config)
 
 
 def _cross_entropy(labels, logits):

@@ -61,28 +61,36 @@ def find_split_file(data_dir, split, names=None, extensions=EXTENSIONS):
 
 def read_examples(path, columns, require_label=True):
   """Reads `Example`s from a TSV, CSV or JSONL file (by its extension)."""
+  wanted = [columns.text] + ([columns.text_b] if columns.text_b else [])
+  if require_label:
+    wanted.append(columns.label)
+  examples = []
+  for where, row in read_rows(path, dict(zip(wanted, _flags_for(
+      columns, require_label)))):
+    label = row.get(columns.label)
+    examples.append(Example(
+        text=cell_text(row[columns.text]),
+        text_b=cell_text(row[columns.text_b]) if columns.text_b else None,
+        label=None if label is None else cell_text(label),
+        where=where))
+  return examples
+
+
+def read_rows(path, wanted):
+  """[("file:line", {column: value})] of a TSV, CSV or JSONL file's rows,
+  each holding every column of `wanted` ({column: the flag naming it})."""
   with utf8_errors(path):
     rows = list(_rows(path))
   if not rows:
     raise ValueError(f"{path} is empty: it needs "
                      + ("a header row and " if not path.endswith(".jsonl")
                         else "") + "at least one example")
-  wanted = [columns.text] + ([columns.text_b] if columns.text_b else [])
-  if require_label:
-    wanted.append(columns.label)
-  examples = []
   for line, row in rows:
-    for name, flag in zip(wanted, _flags_for(columns, require_label)):
+    for name, flag in wanted.items():
       if name not in row:
         raise ValueError(f"{path}:{line}: no column {name!r} (found "
                          f"{sorted(row)}); name the right one with {flag}")
-    label = row.get(columns.label)
-    examples.append(Example(
-        text=_text(row[columns.text]),
-        text_b=_text(row[columns.text_b]) if columns.text_b else None,
-        label=None if label is None else _text(label),
-        where=f"{path}:{line}"))
-  return examples
+  return [(f"{path}:{line}", row) for line, row in rows]
 
 
 @contextlib.contextmanager
@@ -166,7 +174,8 @@ def _truncate_pair(a, b, budget):
   return a.to_list()[0], b.to_list()[0]
 
 
-def _text(value):
+def cell_text(value):
+  """A cell as text (JSON lists and objects as JSON)."""
   return value if isinstance(value, str) else json.dumps(value) if isinstance(
       value, (list, dict)) else str(value)
 

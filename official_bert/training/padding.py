@@ -51,9 +51,12 @@ def cut_batch(inputs, labels=None, multiple=8):
 
   Every input [B, T] is cut to [B, L]; a label is cut when its static shape
   is [B, T, ...] with the inputs' static T (token-level labels). With
-  `labels` None returns the inputs alone.
+  `labels` None returns the inputs alone. Several texts per example (run
+  embedding's `anchor_input_mask`, `positive_input_mask`, ...): L fits the
+  longest text of every mask.
   """
-  mask = inputs["input_mask"]
+  masks = [v for k, v in sorted(inputs.items()) if k.endswith("input_mask")]
+  mask = masks[0] if len(masks) == 1 else tf.reduce_max(tf.stack(masks), 0)
   full = mask.shape[1]
   length = batch_length(mask, multiple)
   cut = {k: v[:, :length] for k, v in inputs.items()}

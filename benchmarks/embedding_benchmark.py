@@ -1,0 +1,197 @@
+"""Sentence embeddings: run_embedding vs sentence-transformers, in turns.
+
+The same starting weights (a BERT initialised at random in Hugging Face,
+L6 H384 A6 I1536 by default, converted to ours with convert_checkpoint and
+written for sentence-transformers by `export_checkpoint
+--format=sentence_transformers`: mean pooling), the same pairs
+(tools/retrieval_task.py: sentences of the Python docs and their
+rewordings, another sentence of the document as the hard negative), the
+same hyperparameters (batch, learning rate, epochs, warmup 10%, weight
+decay 0.01, clipping 1.0, dropout 0.1, seed) and the same loss
+(MultipleNegativesRankingLoss, scale 20, the hard negatives in):
+
+  ours    `python -m official_bert.run_embedding --do_train --do_eval`, its
+          defaults (each batch padded to its longest text, the original's
+          AdamWeightDecay update); train time from its "Trained steps"
+          line (tracing included, as a user waits for it);
+  theirs  `SentenceTransformerTrainer` with its defaults (torch AdamW),
+          in this process; train time its `train_runtime`.
+
+Both are scored by the same function (embedding_task.retrieval_metrics):
+each dev anchor against every dev positive by cosine, MRR@10 and
+recall@1. Prints per round and side: train seconds, train pairs/s, MRR@10,
+the load average; then the ratios ours/theirs:
+
+    python -m benchmarks.embedding_benchmark --work_dir=/tmp/embedding_benchmark
+
+sentence-transformers' trainer needs its `train` extra: `pip install
+datasets` (accelerate is in requirements-test.txt).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from benchmarks import peer_flags
+
+FLAGS = flags.FLAGS
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
+SIZES = {"tiny": (2, 128, 2, 512), "small": (6, 384, 6, 1536)}
+
+
+def define_flags():
+  """The benchmark's flags (defined when it runs as a program)."""
+  flags.DEFINE_string("work_dir", None, "Where the task, the weights and the "
+                      "runs go (kept; a rerun reuses the weights).")
+  flags.DEFINE_enum("size", "small", ["tiny", "small"], "small: L6 H384 A6 "
+                    "I1536; tiny: L2 H128 A2 I512.")
+  flags.DEFINE_integer("train_pairs", 2048, "Training pairs (a multiple of "
+                       "the batch: the same steps both ways).")
+  flags.DEFINE_integer("dev_pairs", 500, "Dev pairs (the retrieval pool).")
+  flags.DEFINE_integer("seq_length", 128, "Longest text, in WordPieces.")
+  peer_flags.define("sentence-transformers")  # --batch_size: the negatives
+  flags.mark_flag_as_required("work_dir")
+
+
+def _program(args):
+  """Runs `python -m <args>` from the repository root; its output."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run([sys.executable, "-m"] + args, cwd=ROOT, env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True)
+  if proc.returncode:
+    raise RuntimeError(f"{args[0]} failed:\n{proc.stdout[-3000:]}")
+  return proc.stdout
+
+
+def prepare(work):
+  """The task (W/task), the random start in our format (W/start) and for
+  sentence-transformers (W/start_st)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from tools import retrieval_task  # pylint: disable=g-import-not-at-top
+  rows = retrieval_task.write_task(os.path.join(work, "task"),
+                                   FLAGS.train_pairs, FLAGS.dev_pairs, 8,
+                                   FLAGS.seed)
+  if not os.path.exists(os.path.join(work, "start_st")):
+    layers, hidden, heads, intermediate = SIZES[FLAGS.size]
+    torch.manual_seed(FLAGS.seed)
+    hf_dir = os.path.join(work, "hf_start")
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, intermediate_size=intermediate)
+                          ).save_pretrained(hf_dir)
+    _program(["official_bert.convert_checkpoint", f"--source={hf_dir}",
+              f"--output_dir={work}/start", f"--vocab_file={VOCAB}"])
+    _program(["export.export_checkpoint", "--format=sentence_transformers",
+              f"--bert_config_file={work}/start/bert_config.json",
+              f"--init_checkpoint={work}/start", f"--vocab_file={VOCAB}",
+              f"--max_seq_length={FLAGS.seq_length}",
+              f"--export_dir={work}/start_st"])
+  return rows
+
+
+def ours(work, turn):
+  out = os.path.join(work, f"ours_{turn}")
+  shutil.rmtree(out, ignore_errors=True)  # a rerun trains afresh, not resumes
+  load = os.getloadavg()[0]
+  log = _program([
+      "official_bert.run_embedding", f"--task_data_dir={work}/task",
+      f"--bert_config_file={work}/start/bert_config.json",
+      f"--vocab_file={VOCAB}", f"--init_checkpoint={work}/start",
+      f"--output_dir={out}", "--do_train", "--do_eval",
+      f"--max_seq_length={FLAGS.seq_length}",
+      f"--train_batch_size={FLAGS.batch_size}", f"--learning_rate={FLAGS.learning_rate}",
+      f"--num_train_epochs={FLAGS.epochs}",
+      f"--seed={FLAGS.seed}", "--steps_per_loop=10",
+      "--save_checkpoints_steps=100000"])
+  with open(os.path.join(out, "program.log"), "w", encoding="utf-8") as f:
+    f.write(log)
+  seconds = float(re.search(r"Trained steps \d+\.\.\d+ .* in ([0-9.]+) s",
+                            log).group(1))
+  with open(os.path.join(out, "eval_results.txt"), encoding="utf-8") as f:
+    results = dict(line.strip().split(" = ") for line in f)
+  return {"train_s": seconds, "load": load,
+          "mrr_at_10": float(results["eval_mrr_at_10"]),
+          "recall_at_1": float(results["eval_recall_at_1"])}
+
+
+def theirs(work, turn, rows):
+  import datasets  # pylint: disable=g-import-not-at-top
+  import sentence_transformers as st  # pylint: disable=g-import-not-at-top
+  from sentence_transformers.sentence_transformer import losses  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import embedding_task  # pylint: disable=g-import-not-at-top
+  model = st.SentenceTransformer(os.path.join(work, "start_st"),
+                                 device="cpu")
+  train = datasets.Dataset.from_dict(dict(zip(
+      ("anchor", "positive", "negative"), zip(*rows["train"]))))
+  steps = int(FLAGS.train_pairs / FLAGS.batch_size * FLAGS.epochs)
+  args = st.SentenceTransformerTrainingArguments(
+      output_dir=os.path.join(work, f"theirs_{turn}"), report_to=[],
+      per_device_train_batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
+      num_train_epochs=FLAGS.epochs, warmup_steps=int(steps * 0.1),
+      weight_decay=0.01, max_grad_norm=1.0, seed=FLAGS.seed,
+      save_strategy="no", logging_strategy="no", disable_tqdm=True,
+      use_cpu=True)
+  trainer = st.SentenceTransformerTrainer(
+      model=model, args=args, train_dataset=train,
+      loss=losses.MultipleNegativesRankingLoss(model))
+  load = os.getloadavg()[0]
+  seconds = trainer.train().metrics["train_runtime"]
+  dev = rows["dev"]
+  metrics = embedding_task.retrieval_metrics(
+      model.encode([a for a, _ in dev], batch_size=FLAGS.batch_size),
+      model.encode([p for _, p in dev], batch_size=FLAGS.batch_size))
+  return {"train_s": seconds, "load": load,
+          "mrr_at_10": metrics["mrr_at_10"],
+          "recall_at_1": metrics["recall_at_1"]}
+
+
+def main(argv):
+  del argv
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  work = FLAGS.work_dir
+  os.makedirs(work, exist_ok=True)
+  rows = prepare(work)
+  print(f"embeddings: {FLAGS.size} BERT {SIZES[FLAGS.size]} from random "
+        f"weights, {FLAGS.train_pairs} train pairs with a hard negative, "
+        f"{FLAGS.dev_pairs} dev pairs, batch {FLAGS.batch_size}, lr {FLAGS.learning_rate}, "
+        f"{FLAGS.epochs} epochs, seq {FLAGS.seq_length}; torch "
+        f"{torch.get_num_threads()} threads, {os.cpu_count()} cores",
+        flush=True)
+  rounds = []
+  for turn in range(FLAGS.rounds):
+    sides = {"ours": ours(work, turn), "theirs": theirs(work, turn, rows)}
+    for name, side in sides.items():
+      side["rate"] = FLAGS.train_pairs * FLAGS.epochs / side["train_s"]
+      print(f"  round {turn + 1} {name:6s} train {side['train_s']:6.1f} s "
+            f"{side['rate']:6.1f} pairs/s | dev MRR@10 "
+            f"{side['mrr_at_10']:.4f} recall@1 {side['recall_at_1']:.4f} | "
+            f"load {side['load']:.2f}", flush=True)
+    rounds.append(sides)
+  median = {name: {key: float(np.median([t[name][key] for t in rounds]))
+                   for key in rounds[0][name]} for name in ("ours", "theirs")}
+  summary = {"train_x": median["ours"]["rate"] / median["theirs"]["rate"],
+             "ours_mrr_at_10": median["ours"]["mrr_at_10"],
+             "theirs_mrr_at_10": median["theirs"]["mrr_at_10"]}
+  print(f"ours/sentence-transformers: train {summary['train_x']:.2f}x, dev "
+        f"MRR@10 {summary['ours_mrr_at_10']:.4f} vs "
+        f"{summary['theirs_mrr_at_10']:.4f} (at "
+        f"{time.strftime('%H:%M', time.gmtime())} UTC)", flush=True)
+  print("summary: " + json.dumps({k: round(v, 4) for k, v in
+                                  summary.items()}), flush=True)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

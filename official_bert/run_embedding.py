@@ -1,0 +1,97 @@
+"""Fine-tunes BERT into a sentence embedding model for search.
+
+    python -m official_bert.run_embedding --task_data_dir=my_pairs \\
+      --bert_config_file=$BERT_BASE_DIR/bert_config.json \\
+      --vocab_file=$BERT_BASE_DIR/vocab.txt \\
+      --init_checkpoint=$BERT_BASE_DIR --do_train --do_eval \\
+      --max_seq_length=128 --train_batch_size=32 --learning_rate=2e-5 \\
+      --num_train_epochs=1 --output_dir=/tmp/pairs --export_dir=/tmp/pairs_serving
+
+--task_data_dir holds `train`, `dev` and `test` files (`.tsv`, `.csv` or
+`.jsonl`, as run_classifier reads them) with the columns --anchor_column,
+--positive_column and, when the training file has it, --negative_column (a
+hard negative). Training is sentence-transformers'
+MultipleNegativesRankingLoss: each anchor against every positive (and hard
+negative) of its batch, cosine x 20, cross-entropy
+(tasks/embedding_task.py). --pooling: mean (over the tokens) or cls; unset,
+the run's own, the --init_checkpoint's pooling.json (convert_checkpoint
+writes one for a sentence-transformers model) or mean.
+
+Writes to --output_dir: ckpt-<step> (a rerun resumes), flags.json,
+bert_config.json, pooling.json, eval_results.txt (eval_mrr_at_10,
+eval_recall_at_1, eval_recall_at_10 of each dev anchor searching every dev
+positive by cosine), test_embeddings.tsv with --do_predict (one line per
+test anchor). With --export_dir, a TF Serving SavedModel: raw text in,
+`sentence_embedding` out. `export.export_checkpoint
+--format=sentence_transformers --init_checkpoint=<output_dir>` writes it for
+sentence-transformers, with its pooling.
+"""
+
+from absl import app
+from absl import flags
+
+from official_bert import cli
+from official_bert import finetuning_flags
+from official_bert import trainer_flags
+from official_bert.modeling import sentence_embedder
+from official_bert.tasks import embedding_task
+from official_bert.training import cpu_allocator
+from official_bert.training import preemption
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """The program's absl flags (defined only when it runs as a program)."""
+  finetuning_flags.define_flags(
+      max_seq_length=128, learning_rate=2e-5, export_help="If set, export "
+      "the fine-tuned model for TF Serving (raw text in, sentence_embedding "
+      "out) here.", task_data_dir_help="Directory with train/dev/test files "
+      "(.tsv, .csv or .jsonl) of anchor/positive(/negative) texts.")
+  flags.DEFINE_string("anchor_column", "anchor", "Column (or JSON key) of "
+                      "the anchor (the query).")
+  flags.DEFINE_string("positive_column", "positive", "Column of the text "
+                      "the anchor should find.")
+  flags.DEFINE_string("negative_column", "negative", "Column of a hard "
+                      "negative, used when the training file has it.")
+  flags.DEFINE_enum("pooling", None, list(sentence_embedder.POOLINGS),
+                    "How tokens become one vector: mean (over the tokens) "
+                    "or cls (the [CLS] position's output). Unset: the "
+                    "run's own, --init_checkpoint's pooling.json, or mean.")
+
+
+def _export(task, model):
+  from export import serving  # pylint: disable=g-import-not-at-top
+  return serving.export_saved_model(
+      FLAGS.export_dir, model, FLAGS.vocab_file,
+      do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
+      outputs=task.serving_outputs)
+
+
+def main(argv):
+  del argv
+  preemption.install()  # before anything slow: see preemption.py
+  cpu_allocator.use_bfc()  # before TensorFlow loads
+  if not FLAGS.task_data_dir:
+    raise app.UsageError("--task_data_dir is required.")
+  finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
+  if FLAGS.group_by_length:
+    raise app.UsageError("--group_by_length would fill each batch with texts "
+                         "of one length, the in-batch negatives too; drop "
+                         "it.")
+  try:
+    pooling, origin = embedding_task.resolve_pooling(
+        FLAGS.pooling, FLAGS.output_dir, FLAGS.init_checkpoint)
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  print(f"pooling: {pooling} ({origin})", flush=True)
+  task = embedding_task.EmbeddingTask(trainer_flags.config_from_flags(
+      FLAGS, embedding_task.EmbeddingConfig, data_dir=FLAGS.task_data_dir,
+      splits=finetuning_flags.splits(FLAGS), pooling=pooling))
+  finetuning_flags.run(FLAGS, task, "run_embedding",
+                       lambda model: _export(task, model))
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run(main)

@@ -1,0 +1,347 @@
+"""Sentence embeddings trained for search: run_embedding's task.
+
+Data: `train`, `dev` and `test` files found as run_classifier finds them
+(classifier_data.py: `.tsv`, `.csv` or `.jsonl`), with an anchor column, a
+positive column (a text the anchor should find) and, when the training
+file has it, a negative column (a hard negative: a text it should not).
+The model (`BertSentenceEmbedder`) pools the encoder's last layer, by
+`pooling` ("mean" over the mask, or "cls"), into one vector per text.
+
+Loss: sentence-transformers' `MultipleNegativesRankingLoss` (its defaults):
+each anchor's cosine similarity with every positive of the batch (and every
+hard negative) times `SCALE`, cross-entropy with its own positive as the
+class. Evaluation: retrieval on dev, each anchor against every dev positive
+by cosine (`retrieval_metrics`): eval_mrr_at_10 (the best metric),
+eval_recall_at_1, eval_recall_at_10. Prediction: the test anchors' vectors,
+test_embeddings.tsv. Export: `serving_outputs`, `sentence_embedding`.
+
+The pooling is recorded as `pooling.json` ({"pooling": "mean"}) beside a
+run's checkpoints, and by convert_checkpoint beside a converted
+sentence-transformers model (`sentence_transformers_pooling`): a run
+starting from one uses its pooling (`resolve_pooling`), and
+export_checkpoint --format=sentence_transformers writes it.
+
+    task = EmbeddingTask(EmbeddingConfig(data_dir="pairs", output_dir="/tmp/e",
+                                         splits=("train", "dev")))
+    task.read(); task.encode(tokenizer, max_seq_length=128)
+    finetuner.run_task(task, driver_config, bert_config, ...)
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Optional
+
+import numpy as np
+
+from official_bert.tasks import classifier_data
+
+SCALE = 20.0  # sentence-transformers' scale (temperature 0.05)
+POOLING_FILE = "pooling.json"
+ROLES = ("anchor", "positive", "negative")
+# sentence-transformers' Pooling modes -> ours (its other modes: none here).
+_ST_POOLINGS = {"mean": "mean", "cls": "cls", "pooling_mode_mean_tokens":
+                "mean", "pooling_mode_cls_token": "cls"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingConfig:
+  """An embedding run's data and modes, with the flags' names.
+
+  splits: the splits the run reads ("train", "dev", "test": those
+    finetuning_flags.splits names).
+  anchor_column, positive_column, negative_column: the files' columns (the
+    negative is used when the training file has that column).
+  pooling: "mean" or "cls" (resolve_pooling's answer).
+  """
+  data_dir: str
+  output_dir: str
+  splits: tuple = ("train", "dev")
+  anchor_column: str = "anchor"
+  positive_column: str = "positive"
+  negative_column: str = "negative"
+  pooling: str = "mean"
+
+
+# ------------------------------------------------------- loss, metrics ----
+def _unit(x):
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
+  return x / ops.maximum(norm, 1e-12)  # torch's F.normalize
+
+
+def ranking_scores(outputs, scale=SCALE):
+  """[B, B * (1 + negatives)]: each anchor's cosine with every positive of
+  the batch, then every negative, times `scale`."""
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  candidates = [outputs["positive"]] + (
+      [outputs["negative"]] if "negative" in outputs else [])
+  candidates = ops.concatenate(candidates, axis=0)        # [B * (1 + n), H]
+  return scale * ops.matmul(_unit(outputs["anchor"]),
+                            ops.transpose(_unit(candidates)))
+
+
+def ranking_losses(labels, outputs, scale=SCALE):
+  """{"loss": MultipleNegativesRankingLoss}: the mean cross-entropy of each
+  anchor's scores (`ranking_scores`) with its own positive (column i of
+  row i) as the class. `labels` are unused (the pairs are the labels)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  del labels
+  scores = ranking_scores(outputs, scale)
+  target = ops.arange(ops.shape(scores)[0])
+  return {"loss": ops.mean(keras.losses.sparse_categorical_crossentropy(
+      target, scores, from_logits=True))}
+
+
+def ranking_metric_counts(labels, outputs):
+  """Anchors whose own positive scores highest in the batch (the trainer
+  logs them as in_batch_accuracy)."""
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  del labels
+  scores = ranking_scores(outputs)
+  right = ops.equal(ops.argmax(scores, -1),
+                    ops.arange(ops.shape(scores)[0]))
+  return {"in_batch_correct": ops.sum(ops.cast(right, "float32")),
+          "in_batch_total": ops.cast(ops.shape(scores)[0], "float32")}
+
+
+def retrieval_metrics(queries, documents, k=10):
+  """{"mrr_at_<k>", "recall_at_1", "recall_at_<k>", "num_examples"} of
+  each query (row i of `queries` [N, H]) searching `documents` [N, H] by
+  cosine, document i being its one relevant document. Its rank: 1 + the
+  documents scoring higher, and those scoring the same that come before it
+  (ties by position)."""
+  q = np.asarray(queries, np.float64)
+  d = np.asarray(documents, np.float64)
+  q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+  d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+  scores = q @ d.T                                            # [N, N]
+  own = np.diag(scores)[:, None]
+  before = np.arange(len(d))[None, :] < np.arange(len(q))[:, None]
+  rank = 1 + np.sum((scores > own) | ((scores == own) & before), axis=1)
+  return {f"mrr_at_{k}": float(np.mean(np.where(rank <= k, 1.0 / rank, 0))),
+          "recall_at_1": float(np.mean(rank == 1)),
+          f"recall_at_{k}": float(np.mean(rank <= k)),
+          "num_examples": len(q)}
+
+
+# --------------------------------------------------------------- pooling ----
+def _json_file(path):
+  """`path`'s JSON value (ValueError naming the file when it cannot be)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"cannot read {path}: {e}") from None
+
+
+def read_pooling(directory):
+  """The pooling recorded in `directory`/pooling.json, or None."""
+  from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
+  path = os.path.join(directory, POOLING_FILE)
+  if not os.path.isfile(path):
+    return None
+  pooling = _json_file(path)
+  pooling = pooling.get("pooling") if isinstance(pooling, dict) else None
+  if pooling not in sentence_embedder.POOLINGS:
+    raise ValueError(f"{path} should be {{\"pooling\": \"mean\"}} or "
+                     f"\"cls\", not {pooling!r}")
+  return pooling
+
+
+def pooling_json(pooling):
+  return json.dumps({"pooling": pooling}) + "\n"
+
+
+def checkpoint_dir(path):
+  """The directory of a checkpoint path (a directory, a prefix, or a prefix
+  in a run's best/), where its run's files are."""
+  directory = path if os.path.isdir(path) else os.path.dirname(path)
+  if os.path.basename(os.path.normpath(directory)) == "best":
+    directory = os.path.dirname(os.path.normpath(directory))
+  return directory
+
+
+def resolve_pooling(pooling, output_dir, init_checkpoint):
+  """(pooling, where it comes from, in words): `pooling` when given, else
+  the run's own (output_dir/pooling.json: a rerun), else the starting
+  checkpoint's (pooling.json beside it), else "mean"."""
+  if pooling:
+    return pooling, "--pooling"
+  for directory, what in ((output_dir, "--output_dir"),
+                          (init_checkpoint and checkpoint_dir(
+                              init_checkpoint), "--init_checkpoint")):
+    found = directory and read_pooling(directory)
+    if found:
+      return found, f"{what}'s {POOLING_FILE}"
+  return "mean", "the default"
+
+
+def sentence_transformers_module(directory, kind):
+  """The folder of the module of `kind` ("Transformer", "Pooling") that a
+  sentence-transformers model's modules.json lists; None when `directory`
+  has no modules.json or it lists no such module."""
+  path = os.path.join(directory, "modules.json")
+  if not os.path.isfile(path):
+    return None
+  for module in _json_file(path):
+    if str(module.get("type", "")).endswith(kind):
+      return os.path.join(directory, module.get("path", ""))
+  return None
+
+
+def sentence_transformers_pooling(directory):
+  """(pooling or None, note): a sentence-transformers model directory's
+  pooling (its Pooling module's config.json); (None, None) when
+  `directory` has no Pooling module, (None, why) when its pooling is one
+  run_embedding does not compute."""
+  folder = sentence_transformers_module(directory, "Pooling")
+  if folder is None:
+    return None, None
+  config_path = os.path.join(folder, "config.json")
+  config = _json_file(config_path)
+  modes = config.get("pooling_mode")  # sentence-transformers 6's key
+  if modes is None:  # earlier versions: one bool per mode
+    modes = [k for k, v in config.items()
+             if k.startswith("pooling_mode_") and v is True]
+  modes = [modes] if isinstance(modes, str) else list(modes)
+  if len(modes) != 1 or modes[0] not in _ST_POOLINGS:
+    return None, (f"{config_path}: pooling {modes} is not mean or cls, which "
+                  "run_embedding computes; pass --pooling")
+  return _ST_POOLINGS[modes[0]], None
+
+
+# ------------------------------------------------------------------ task ----
+class EmbeddingTask:
+  """run_embedding's task (a training/task.py `FinetuningTask`)."""
+
+  example_name = "pairs"
+  best_metric = "eval_mrr_at_10"
+  metric_counts = staticmethod(ranking_metric_counts)
+
+  def __init__(self, config):
+    self.config = config
+    self.roles = ROLES[:2]  # + "negative" when the training file has it
+    self.splits = {}  # split -> (wheres, {role: texts}, {role: inputs})
+    self.tokenizer = None
+
+  # ---------------------------------------------------- preprocessing ----
+  def read(self):
+    """Reads every split the run needs (ValueError: one sentence naming the
+    file and line)."""
+    for split in self.config.splits:
+      self.splits[split] = self._read_split(split)
+
+  def _read_split(self, split):
+    config = self.config
+    path = classifier_data.find_split_file(config.data_dir, split)
+    columns = {"anchor": config.anchor_column}
+    if split != "test":
+      columns["positive"] = config.positive_column
+    if split == "train" and config.negative_column:
+      first = classifier_data.read_rows(path, {})[0][1]
+      if config.negative_column in first:
+        columns["negative"] = config.negative_column
+        self.roles = ROLES
+    flags = {role: f"--{role}_column" for role in columns}
+    rows = classifier_data.read_rows(
+        path, {name: flags[role] for role, name in columns.items()})
+    texts = {role: [] for role in columns}
+    for where, row in rows:
+      for role, name in columns.items():
+        text = classifier_data.cell_text(row[name])
+        if not text.strip():
+          raise ValueError(f"{where}: the {role} ({name!r}) is empty; every "
+                           f"pair needs an anchor and a positive"
+                           + (" and this file's negatives a negative"
+                              if "negative" in columns else "")
+                           + "; fill it or drop the row")
+        texts[role].append(text)
+    return [w for w, _ in rows], texts, None
+
+  def encode(self, tokenizer, max_seq_length):
+    """Packs each text as `[CLS] text [SEP]` (classifier_data.encode)."""
+    self.tokenizer = tokenizer
+    for split, (wheres, texts, _) in list(self.splits.items()):
+      inputs = {role: classifier_data.encode(
+          [classifier_data.Example(t, None, None, w)
+           for t, w in zip(role_texts, wheres)], tokenizer, max_seq_length)
+                for role, role_texts in texts.items()}
+      self.splits[split] = (wheres, texts, inputs)
+
+  @property
+  def num_train_examples(self):
+    return len(self.splits["train"][0]) if "train" in self.splits else 0
+
+  def run_files(self):
+    return {POOLING_FILE: pooling_json(self.config.pooling)}
+
+  def log_start(self, run_description):
+    negatives = "with" if "negative" in self.roles else "without"
+    print(f"embedding ({self.config.pooling} pooling, in-batch negatives "
+          f"{negatives} hard negatives): "
+          + ", ".join(f"{split} {len(s[0])} pairs"
+                      for split, s in self.splits.items())
+          + f"; {run_description}", flush=True)
+    for split, (wheres, texts, inputs) in list(self.splits.items())[:1]:
+      for i in range(min(2, len(wheres))):
+        tokens = {}
+        for role in texts:
+          ids = inputs[role]["input_word_ids"][i]
+          n = int(inputs[role]["input_mask"][i].sum())
+          tokens[role] = " ".join(self.tokenizer.convert_ids_to_tokens(
+              ids[:n]))
+        print(f"{split} example {wheres[i]}: " + " | ".join(
+            f"{role}: {t}" for role, t in tokens.items()), flush=True)
+
+  # ------------------------------------------------- model and losses ----
+  def build_model(self, bert_config, kernels):
+    from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
+    return sentence_embedder.BertSentenceEmbedder.from_bert_config(
+        bert_config, self.config.pooling, kernels=kernels)
+
+  def losses(self, labels, outputs):
+    return ranking_losses(labels, outputs)
+
+  def train_data(self):
+    """({<role>_<input name>: int32 [N, T]}, unused labels [N])."""
+    _, _, inputs = self.splits["train"]
+    flat = {f"{role}_{name}": array for role in self.roles
+            for name, array in inputs[role].items()}
+    return flat, np.zeros(self.num_train_examples, np.int32)
+
+  def example_inputs(self):
+    inputs = next(iter(self.splits.values()))[2]["anchor"]
+    return {name: array[:1] for name, array in inputs.items()}
+
+  # ------------------------------------------ evaluation and prediction ----
+  def evaluate(self, predict, step):
+    """Retrieval on dev: every anchor against every dev positive."""
+    _, _, inputs = self.splits["dev"]
+    metrics = retrieval_metrics(predict(inputs["anchor"]),
+                                predict(inputs["positive"]))
+    result = {f"eval_{k}": v for k, v in metrics.items()}
+    result["global_step"] = step
+    return result
+
+  def eval_summary(self, result):
+    return (f"eval_mrr_at_10 {result['eval_mrr_at_10']:.4f} "
+            f"eval_recall_at_1 {result['eval_recall_at_1']:.4f}")
+
+  def predict(self, predict, step):
+    """({"test_embeddings.tsv": one line per test anchor, its vector's
+    values tab-separated}, the summary's words, no eval result)."""
+    del step
+    t0 = time.time()
+    vectors = predict(self.splits["test"][2]["anchor"])
+    seconds = time.time() - t0
+    rows = ["\t".join(str(v) for v in row) for row in vectors]
+    return ({"test_embeddings.tsv": "".join(row + "\n" for row in rows)},
+            f"{len(rows)} test predictions in {seconds:.1f} s", None)
+
+  @staticmethod
+  def serving_outputs(vectors):
+    """The export's outputs: `sentence_embedding` float32 [B, H]."""
+    return {"sentence_embedding": vectors}

@@ -1,0 +1,155 @@
+"""run_embedding (tasks/embedding_task.py): the loss against
+sentence-transformers' MultipleNegativesRankingLoss and numpy, the retrieval
+metrics on a hand-made case, and the program: eval_results.txt equals the
+metrics recomputed from the export's `sentence_embedding`, sentence-
+transformers' `encode` of export_checkpoint's output equals that signature,
+its pooling survives convert_checkpoint back, and bad rows are one sentence
+naming the file and line."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from official_bert.tasks import embedding_task
+from tests import testing
+# The tiny config (BERT's vocabulary, 32 positions), eval_results.txt read.
+from tests.multi_label_test import _config, _results  # pylint: disable=g-bad-import-order
+
+
+def _mnrl_numpy(anchor, positive, negative=None, scale=20.0):
+  candidates = positive if negative is None else np.concatenate(
+      [positive, negative])
+  unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)
+  scores = scale * unit(anchor) @ unit(candidates).T
+  scores -= scores.max(1, keepdims=True)
+  log_softmax = scores - np.log(np.exp(scores).sum(1, keepdims=True))
+  return -np.mean(np.diag(log_softmax[:, :len(anchor)]))
+
+
+def test_loss_is_sentence_transformers_multiple_negatives_ranking_loss():
+  import torch  # pylint: disable=g-import-not-at-top
+  from sentence_transformers.sentence_transformer import losses  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  # 3 anchors, 5 dimensions; vectors of different norms (cosine, not dot).
+  anchor, positive, negative = (
+      rng.normal(size=(3, 5)).astype(np.float32) * [[1.0], [3.0], [0.2]]
+      for _ in range(3))
+  loss = losses.MultipleNegativesRankingLoss(model=None)
+  for roles in ((anchor, positive), (anchor, positive, negative)):
+    expected = float(loss.compute_loss_from_embeddings(
+        [torch.from_numpy(r) for r in roles], None))
+    outputs = dict(zip(embedding_task.ROLES, roles))
+    ours = float(embedding_task.ranking_losses(None, outputs)["loss"])
+    assert ours == pytest.approx(expected, rel=1e-5)
+    assert ours == pytest.approx(_mnrl_numpy(*roles), rel=1e-5)
+  # The hard negatives matter: the loss with them differs.
+  assert _mnrl_numpy(anchor, positive) != pytest.approx(
+      _mnrl_numpy(anchor, positive, negative), rel=1e-3)
+
+
+def test_retrieval_metrics_on_a_hand_made_case():
+  # Query i's relevant document is document i; 2-d vectors, by angle.
+  angle = lambda degrees: [np.cos(np.radians(degrees)),
+                           np.sin(np.radians(degrees))]
+  # Norms do not matter (documents 2 and 3: the same vector, a tie).
+  documents = np.array([angle(0), angle(40), angle(80), angle(80)]) * [
+      [1.0], [2.0], [0.5], [0.5]]
+  queries = np.array([angle(5),     # doc 0 first: rank 1
+                      angle(75),    # docs 2, 3 (80) before doc 1 (40): 3
+                      angle(80),    # doc 2 ties doc 3, comes first: 1
+                      angle(80)])   # doc 3 ties doc 2, which comes first: 2
+  result = embedding_task.retrieval_metrics(queries, documents, k=2)
+  assert result["recall_at_1"] == pytest.approx(2 / 4)
+  assert result["recall_at_2"] == pytest.approx(3 / 4)
+  assert result["mrr_at_2"] == pytest.approx((1 + 0 + 1 + 1 / 2) / 4)
+  assert embedding_task.retrieval_metrics(queries, documents)[
+      "mrr_at_10"] == pytest.approx((1 + 1 / 3 + 1 + 1 / 2) / 4)
+
+
+def _write_pairs(directory, n_train=32, n_dev=16):
+  from tools import retrieval_task  # pylint: disable=g-import-not-at-top
+  return retrieval_task.write_task(str(directory), n_train, n_dev, 4)
+
+
+def _flags(task, out, config, *extra):
+  return [f"--task_data_dir={task}", f"--bert_config_file={config}",
+          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          "--max_seq_length=24", "--train_batch_size=8",
+          "--learning_rate=1e-3", *extra]
+
+
+def test_trains_exports_and_sentence_transformers_encode_agrees(tmp_path):
+  testing.require_shared_data()
+  task, out = tmp_path / "task", tmp_path / "out"
+  rows = _write_pairs(task)
+  config = _config(tmp_path)
+  testing.run_program("official_bert.run_embedding", _flags(
+      task, out, config, "--do_train", "--do_eval", "--pooling=cls",
+      "--num_train_epochs=1", f"--export_dir={tmp_path / 'serving'}"))
+  results = _results(out / "eval_results.txt")
+
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  served = tf.saved_model.load(str(tmp_path / "serving" / "1")).signatures[
+      "serving_default"]
+
+  def embed(texts):
+    return served(text=tf.constant(texts))["sentence_embedding"].numpy()
+
+  dev = rows["dev"]
+  expected = embedding_task.retrieval_metrics(
+      embed([a for a, _ in dev]), embed([p for _, p in dev]))
+  for key in ("mrr_at_10", "recall_at_1", "recall_at_10"):
+    assert results[f"eval_{key}"] == pytest.approx(expected[key], abs=1e-6)
+
+  # sentence-transformers reads export_checkpoint's output of the run: the
+  # same vectors (cls pooling written), long texts cut alike.
+  st_dir = tmp_path / "st"
+  testing.run_program("export.export_checkpoint", [
+      "--format=sentence_transformers", f"--bert_config_file={config}",
+      f"--init_checkpoint={out}", f"--vocab_file={testing.VOCAB}",
+      "--max_seq_length=24", f"--export_dir={st_dir}"])
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  model = SentenceTransformer(str(st_dir), device="cpu")
+  texts = [a for a, _ in dev[:6]] + ["a", " ".join([dev[0][0]] * 4)]
+  ours, theirs = embed(texts), model.encode(texts, batch_size=3)
+  cosine = np.sum(ours * theirs, 1) / (
+      np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
+  assert cosine.min() >= 0.99999, cosine
+
+  # Its pooling comes back through convert_checkpoint (the file as
+  # sentence-transformers itself saves it) and is what a run from it uses.
+  saved, converted = tmp_path / "st_saved", tmp_path / "converted"
+  model.save(str(saved))
+  testing.run_program("official_bert.convert_checkpoint", [
+      f"--source={saved}", f"--output_dir={converted}"])
+  assert embedding_task.read_pooling(str(converted)) == "cls"
+  again = testing.run_program("official_bert.run_embedding", _flags(
+      task, tmp_path / "again", config, "--do_eval",
+      f"--init_checkpoint={converted}"))
+  assert "pooling: cls (--init_checkpoint's pooling.json)" in again.stdout
+  again_results = _results(tmp_path / "again" / "eval_results.txt")
+  assert again_results["eval_mrr_at_10"] == pytest.approx(
+      results["eval_mrr_at_10"], abs=1e-6)
+
+
+@pytest.mark.parametrize("files, flags_, match", [
+    ({"dev.tsv": "anchor\tpositive\nopen the file\t\n"}, [],
+     r"dev.tsv:2: the positive \('positive'\) is empty"),
+    ({}, ["--positive_column=target"], r"train.tsv:2: no column 'target'"),
+])
+def test_bad_input_is_one_sentence(tmp_path, files, flags_, match):
+  testing.require_shared_data()
+  task = tmp_path / "task"
+  os.makedirs(task)
+  good = {"train.tsv": "anchor\tpositive\nopen the file\topen a file\n",
+          "dev.tsv": "anchor\tpositive\nclose it\tclose that\n"}
+  for name, text in dict(good, **files).items():
+    (task / name).write_text(text)
+  last = testing.refused_input("official_bert.run_embedding", _flags(
+      task, tmp_path / "out", _config(tmp_path), "--do_train", "--do_eval",
+      *flags_))
+  assert re.search(match, last), last
+  assert not os.path.exists(tmp_path / "out")

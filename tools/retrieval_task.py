@@ -1,0 +1,124 @@
+"""A retrieval task for run_embedding: sentences and their rewordings.
+
+From the shared Python-docs corpus (tools/corpus.py): each anchor is a
+sentence (6 to 40 words), its positive the same sentence reworded: words
+swapped for others of the same sense (retrieval_synonyms.tsv), about a fifth of the rest
+dropped, neighbouring words swapped now and then. The training file's hard
+negative is another sentence of the same document (the same topic, not the
+same statement). Train, dev and test come from different documents.
+
+    python -m tools.retrieval_task --out_dir=/tmp/pairs --train=2000 --dev=500
+
+writes train.tsv (anchor, positive, negative), dev.tsv (anchor, positive)
+and test.tsv (anchor).
+"""
+
+import argparse
+import os
+import random
+
+from tools import corpus
+
+# word -> words of the same sense: tools/retrieval_synonyms.tsv (a tab
+# between them).
+SYNONYMS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "retrieval_synonyms.tsv")
+
+
+def synonyms(path=SYNONYMS_FILE):
+  with open(path, encoding="utf-8") as f:
+    return dict(line.rstrip("\n").split("\t") for line in f if line.strip())
+
+
+def reword(sentence, rng, table):
+  """The sentence with synonyms (`table`) swapped in, about a fifth of its
+  other words dropped and a few neighbours swapped (never empty)."""
+  words = []
+  for word in sentence.split():
+    key = word.lower()
+    if key in table and rng.random() < 0.8:
+      words.extend(table[key].split())
+    elif rng.random() >= 0.2:
+      words.append(word)
+  for i in range(len(words) - 1):
+    if rng.random() < 0.1:
+      words[i], words[i + 1] = words[i + 1], words[i]
+  return " ".join(words) or sentence
+
+
+def _clean(text):
+  return " ".join(text.replace("\t", " ").split())
+
+
+def pairs(docs, n, rng, negatives):
+  """n (anchor, positive[, negative]) rows from `docs` (shuffled)."""
+  table = synonyms()
+  candidates = [(d, s) for d, doc in enumerate(docs) for s, sentence in
+                enumerate(doc) if 6 <= len(sentence.split()) <= 40
+                and len(doc) > 1]
+  rng.shuffle(candidates)
+  seen, out = set(), []
+  for d, s in candidates:
+    anchor = _clean(docs[d][s])
+    if anchor in seen:
+      continue
+    seen.add(anchor)
+    row = (anchor, _clean(reword(anchor, rng, table)))
+    if negatives:
+      others = [t for t in docs[d] if _clean(t) != anchor]
+      if not others:
+        continue
+      row += (_clean(rng.choice(others)),)
+    out.append(row)
+    if len(out) == n:
+      return out
+  raise ValueError(f"the corpus holds {len(out)} usable sentences for "
+                   f"{n} rows; ask for fewer")
+
+
+def write_task(directory, train, dev, test, seed=0, path=corpus.PYDOCS):
+  """train.tsv, dev.tsv and test.tsv in `directory`, from separate
+  documents; returns {split: rows}."""
+  docs = corpus.documents(path)
+  rng = random.Random(seed)
+  order = list(range(len(docs)))
+  rng.shuffle(order)
+  # A tenth of the documents for dev, a tenth for test, the rest train.
+  tenth = len(order) // 10
+  parts = {"dev": order[:tenth], "test": order[tenth:2 * tenth],
+           "train": order[2 * tenth:]}
+  splits = {}
+  for split, n in (("train", train), ("dev", dev), ("test", test)):
+    split_docs = [docs[i] for i in parts[split]]
+    splits[split] = pairs(split_docs, n, rng, negatives=split == "train")
+  os.makedirs(directory, exist_ok=True)
+  headers = {"train": "anchor\tpositive\tnegative", "dev": "anchor\tpositive",
+             "test": "anchor"}
+  for split, rows in splits.items():
+    width = len(headers[split].split("\t"))
+    with open(os.path.join(directory, f"{split}.tsv"), "w",
+              encoding="utf-8") as f:
+      f.write(headers[split] + "\n")
+      f.writelines("\t".join(row[:width]) + "\n" for row in rows)
+  return splits
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--out_dir", required=True)
+  parser.add_argument("--train", type=int, default=2000)
+  parser.add_argument("--dev", type=int, default=500)
+  parser.add_argument("--test", type=int, default=100)
+  parser.add_argument("--seed", type=int, default=0)
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  write_task(args.out_dir, args.train, args.dev, args.test, args.seed)
+  print(f"wrote {args.out_dir}: {args.train} train (with a hard negative), "
+        f"{args.dev} dev, {args.test} test pairs")
+
+
+if __name__ == "__main__":
+  main()
