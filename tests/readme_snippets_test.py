@@ -37,6 +37,7 @@ several tests share are built once per session even on two xdist workers
 (`_once`: a file lock in the session's tmp dir).
 """
 
+import functools
 import json
 import os
 import re
@@ -1426,12 +1427,12 @@ def _beam_commands(name):
   return found
 
 
+@functools.lru_cache(maxsize=None)
 def _program_flags():
-  """The flags `--helpfull` of the Beam program lists."""
-  proc = subprocess.run(
-      [sys.executable, "-m", "tfrecords.create_pretraining_data_beam",
-       "--helpfull"], cwd=testing.ROOT, env=_env(), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True, timeout=300)
+  """The flags `--helpfull` of the Beam program lists (run in this
+  process)."""
+  proc = testing.run_program("tfrecords.create_pretraining_data_beam",
+                             ["--helpfull"], check=False, merge_stderr=True)
   names = set(re.findall(r"^\s+--(?:\[no\])?(\w+):", proc.stdout, flags=re.M))
   assert {"input_file", "runner", "num_output_shards"} <= names, proc.stdout
   return names
