@@ -63,6 +63,7 @@ from export import serving_weights
 from export import tfhub_modules
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import heads as heads_lib
+from official_bert.modeling import sentence_embedder
 from official_bert.data import segment_packing
 from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
@@ -134,11 +135,7 @@ def mean_pool(sequence_output, input_mask, normalize=False):
   A row without tokens gives zeros. With `normalize`, each row is divided
   by its L2 norm (cosine similarity becomes a dot product).
   """
-  # [B, T, 1] (expand_dims: LiteRT has no builtin for a new-axis slice)
-  mask = tf.expand_dims(tf.cast(input_mask, tf.float32), -1)
-  total = tf.reduce_sum(tf.cast(sequence_output, tf.float32) * mask, axis=1)
-  count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)  # [B, 1]
-  mean = total / count
+  mean = sentence_embedder.pool(sequence_output, input_mask, "mean")
   return tf.math.l2_normalize(mean, axis=-1) if normalize else mean
 
 

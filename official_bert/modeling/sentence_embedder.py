@@ -30,7 +30,8 @@ def pool(sequence_output, input_mask, pooling):
   sequence = ops.cast(sequence_output, "float32")
   if pooling == "cls":
     return sequence[:, 0, :]
-  mask = ops.cast(input_mask, "float32")[:, :, None]           # [B, T, 1]
+  # [B, T, 1] (expand_dims: LiteRT has no builtin for a new-axis slice)
+  mask = ops.expand_dims(ops.cast(input_mask, "float32"), -1)
   total = ops.sum(sequence * mask, axis=1)                     # [B, H]
   return total / ops.maximum(ops.sum(mask, axis=1), 1.0)
 
