@@ -320,7 +320,7 @@ def runs(root, tmp_path_factory):
     return json.load(f)
 
 
-def _assert_case(root, runs, case, program, expected):
+def _assert_case(runs, case, program, expected):
   result = runs[case]
   testing.assert_one_sentence_last(result["status"], result["lines"],
                                    program, expected)
@@ -330,13 +330,13 @@ def _assert_case(root, runs, case, program, expected):
 @pytest.mark.parametrize("case", sorted(_cases("R")))
 def test_program_permission_error_is_one_sentence_last(root, runs, case):
   args, expected = _cases(root)[case]
-  _assert_case(root, runs, case, args[1].split(".")[-1], expected)
+  _assert_case(runs, case, args[1].split(".")[-1], expected)
 
 
 @pytest.mark.parametrize("case", sorted(_tensorflow_cases("R")))
 def test_programs_that_import_tensorflow_first(root, runs, case):
   _, expected = _tensorflow_cases(root)[case]
-  _assert_case(root, runs, case, case.split()[0], expected)
+  _assert_case(runs, case, case.split()[0], expected)
 
 
 if __name__ == "__main__":
