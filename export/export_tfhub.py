@@ -55,16 +55,14 @@ def export_tfhub(bert_config_file, init_checkpoint, vocab_file, export_dir,
     raise ValueError(f"--seq_length={seq_length} exceeds the model's "
                      f"max_position_embeddings="
                      f"{encoder.max_position_embeddings}")
-  log("tracing the encoder (training=True/False" +
-      (", .mlm)" if mlm_head is not None else ")"))
   module = tfhub_modules.EncoderModule(encoder, vocab_file, do_lower_case,
                                        mlm_head)
-  log(f"writing {encoder_path}")
+  log("tracing the encoder (training=True/False" +
+      (", .mlm" if mlm_head is not None else "") + f"), writing {encoder_path}")
   saved_model_io.atomic_save(module, encoder_path)
-  log("tracing the preprocessor")
   preprocessor = tfhub_modules.PreprocessorModule(vocab_file, do_lower_case,
                                                   seq_length)
-  log(f"writing {preprocessor_path}")
+  log(f"tracing the preprocessor, writing {preprocessor_path}")
   try:
     saved_model_io.atomic_save(preprocessor, preprocessor_path)
   except BaseException:  # a full disk: both modules, or neither

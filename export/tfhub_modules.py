@@ -83,7 +83,26 @@ class Untracked:
     self.value = value
 
 
-class _Callable(_AutoTrackable):
+class _TracedOnSave(_AutoTrackable):
+  """A module whose functions' signatures are traced when it is saved.
+
+  `tf.saved_model.save` keys its tracing cache by the save's variable
+  policy, so a signature traced before the save is traced again inside it:
+  tracing them in `__init__` would cost every export each trace twice.
+  Instead, `_trace()` runs when the save lists the module's children (and
+  the module still works unsaved: a call traces what it needs).
+  """
+
+  def _trace(self):
+    raise NotImplementedError
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    if save_type == "savedmodel":
+      self._trace()  # In the save's context: traced once.
+    return super()._trackable_children(save_type, **kwargs)
+
+
+class _Callable(_TracedOnSave):
   """A reusable-SavedModel object: `__call__` plus its variable lists.
 
   Subclasses set their (Untracked) Keras objects, then call `__init__`, and
@@ -93,8 +112,12 @@ class _Callable(_AutoTrackable):
   def __init__(self, layers, input_spec):
     self.variables, self.trainable_variables = tf_variables(*layers)
     self.regularization_losses = []  # BERT uses weight decay, not losses.
+    self._input_spec = Untracked(input_spec)
+
+  def _trace(self):
     for training in (True, False):
-      self.__call__.get_concrete_function(input_spec, training=training)
+      self.__call__.get_concrete_function(self._input_spec.value,
+                                          training=training)
 
   @tf.function(autograph=False)
   def __call__(self, inputs, training=False):
@@ -191,7 +214,7 @@ def pack_inputs(segments, seq_length, cls_id, sep_id):
           "input_type_ids": tf.cast(type_ids, tf.int32)}
 
 
-class PreprocessorModule(_AutoTrackable):
+class PreprocessorModule(_TracedOnSave):
   """The TF-Hub preprocessor module (see the file docstring).
 
   Args:
@@ -213,14 +236,19 @@ class PreprocessorModule(_AutoTrackable):
                                      name="do_lower_case")
     self.seq_length = seq_length
     self.tokenize = _Tokenize(tokenizer)
+
+  def _trace(self):
     # Traced for 1 or 2 segments, each [B, (pieces)] or [B, (words),
     # (pieces)], and a seq_length Tensor, so any length works after loading.
     for ragged_rank in (1, 2):
       segment = tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32,
                                     ragged_rank=ragged_rank)
       for num_segments in (1, 2):
+        # Named as the argument, as the save names it when it lists the
+        # traced signatures (else each is traced again then).
         self.bert_pack_inputs.get_concrete_function(
-            [segment] * num_segments, seq_length=tf.TensorSpec([], tf.int32))
+            [segment] * num_segments,
+            seq_length=tf.TensorSpec([], tf.int32, name="seq_length"))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def __call__(self, strings):
