@@ -24,6 +24,8 @@ Example:
   # <tf.RaggedTensor [[7592, 1010, 2088, 999]]>
 """
 
+import functools
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -119,6 +121,20 @@ def split_words(texts):
   return tf_text.regex_split(texts, _DELIMITERS, _KEEP_DELIMITERS)
 
 
+@functools.lru_cache(maxsize=8)
+def _fast_wordpiece(vocab, max_bytes_per_word, no_pretokenization):
+  """TF Text's FastWordpieceTokenizer of `vocab` (a tuple of unique tokens).
+
+  Built once per process for each vocabulary and setting (building the trie
+  of BERT's vocabulary takes ~0.1 s): the tokenizers of one run's training,
+  evaluation and export share it. It holds only constants.
+  """
+  return tf_text.FastWordpieceTokenizer(
+      vocab=list(vocab), max_bytes_per_word=max_bytes_per_word,
+      token_out_type=tf.int64, unknown_token="[UNK]",
+      no_pretokenization=no_pretokenization)
+
+
 class FullTokenizer(tf.Module):
   """Basic tokenization + WordPiece, as graph ops, over a BERT vocab.txt.
 
@@ -139,9 +155,12 @@ class FullTokenizer(tf.Module):
     self.vocab_file = tf.saved_model.Asset(vocab_file)
     self.do_lower_case = bool(do_lower_case)
     # Python-side lookups only; a SavedModel gets the file through the asset.
-    self._vocab = tuple(vocab)
+    # Set past tf.Module's attribute tracking, which would wrap the dict (and
+    # walk the tuple) of every token: ~0.13 s per tokenizer of BERT's vocab.
+    object.__setattr__(self, "_vocab", tuple(vocab))
     # As the original: a token listed twice has its last line's id.
-    self._token_to_id = {token: i for i, token in enumerate(vocab)}
+    object.__setattr__(self, "_token_to_id",
+                       {token: i for i, token in enumerate(vocab)})
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         self._token_to_id[token] for token in SPECIAL_TOKENS)
     # FastWordpiece needs unique, non-empty tokens: the lines that lose
@@ -151,16 +170,17 @@ class FullTokenizer(tf.Module):
               for i, token in enumerate(vocab)]
     # Both WordPiece tries are built here and embedded in the graph as
     # constants. The exact path limits word length in characters itself.
-    self._wordpiece_words = tf_text.FastWordpieceTokenizer(
-        vocab=unique, max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 4,
-        token_out_type=tf.int64, unknown_token="[UNK]",
-        no_pretokenization=True)
+    # (Shared within the process, but not when built while tracing: its
+    # constants would belong to that graph.)
+    unique = tuple(unique)
+    build = (_fast_wordpiece if tf.executing_eagerly()
+             else _fast_wordpiece.__wrapped__)
+    self._wordpiece_words = build(unique, 4 * MAX_CHARS_PER_WORD + 4,
+                                  no_pretokenization=True)
     # End-to-end (splits on whitespace and punctuation itself, as step 3 for
     # ASCII text, where bytes are characters).
-    self._wordpiece_ascii = tf_text.FastWordpieceTokenizer(
-        vocab=unique, max_bytes_per_word=MAX_CHARS_PER_WORD,
-        token_out_type=tf.int64, unknown_token="[UNK]",
-        no_pretokenization=False)
+    self._wordpiece_ascii = build(unique, MAX_CHARS_PER_WORD,
+                                  no_pretokenization=False)
     # Which ids start a word: all but the "##" continuations.
     self._starts_word = tf.constant(
         [not token.startswith("##") for token in vocab], tf.bool)
