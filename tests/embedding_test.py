@@ -3,11 +3,14 @@ sentence-transformers' MultipleNegativesRankingLoss and numpy, the retrieval
 metrics on a hand-made case, and the program: eval_results.txt equals the
 metrics recomputed from the export's `sentence_embedding`, sentence-
 transformers' `encode` of export_checkpoint's output equals that signature,
-its pooling survives convert_checkpoint back, and bad rows are one sentence
-naming the file and line."""
+its pooling survives convert_checkpoint back, a rerun from an early
+checkpoint ends with the uninterrupted run's weights, and bad rows are one
+sentence naming the file and line."""
 
+import glob
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -80,19 +83,38 @@ def _flags(task, out, config, *extra):
           "--learning_rate=1e-3", *extra]
 
 
-def test_trains_exports_and_sentence_transformers_encode_agrees(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """One run of 4 steps ([CLS] pooling), a checkpoint every 2 (ckpt-2 and
+  ckpt-4 kept), exported: {"task", "config", "out", "serving", "rows",
+  "results" (eval_results.txt), "stdout", "argv" (output_dir -> its
+  training flags)}."""
   testing.require_shared_data()
-  task, out = tmp_path / "task", tmp_path / "out"
+  root = tmp_path_factory.mktemp("embedding")
+  task, out = root / "task", root / "out"
   rows = _write_pairs(task)
-  config = _config(tmp_path)
-  testing.run_program("official_bert.run_embedding", _flags(
-      task, out, config, "--do_train", "--do_eval", "--pooling=cls",
-      "--num_train_epochs=1", f"--export_dir={tmp_path / 'serving'}"))
-  results = _results(out / "eval_results.txt")
+  config = _config(root)
+
+  def argv(output_dir):
+    return _flags(task, output_dir, config, "--do_train", "--do_eval",
+                  "--pooling=cls", "--num_train_epochs=1",
+                  "--save_checkpoints_steps=2", "--steps_per_loop=2")
+
+  proc = testing.run_program("official_bert.run_embedding", argv(out) + [
+      f"--export_dir={root / 'serving'}"])
+  return dict(task=task, config=config, out=out, serving=root / "serving",
+              rows=rows, results=_results(out / "eval_results.txt"),
+              stdout=proc.stdout, argv=argv)
+
+
+def test_trains_exports_and_sentence_transformers_encode_agrees(
+    trained, tmp_path):
+  task, out, config = trained["task"], trained["out"], trained["config"]
+  rows, results = trained["rows"], trained["results"]
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  served = tf.saved_model.load(str(tmp_path / "serving" / "1")).signatures[
+  served = tf.saved_model.load(str(trained["serving"] / "1")).signatures[
       "serving_default"]
 
   def embed(texts):
@@ -133,6 +155,37 @@ def test_trains_exports_and_sentence_transformers_encode_agrees(tmp_path):
   again_results = _results(tmp_path / "again" / "eval_results.txt")
   assert again_results["eval_mrr_at_10"] == pytest.approx(
       results["eval_mrr_at_10"], abs=1e-6)
+
+
+def test_a_killed_run_resumes_exactly(trained, tmp_path):
+  # Killed after ckpt-2 (of 4), then rerun: the output_dir holds what the
+  # run had written by then (its run files and ckpt-2), and the rerun ends
+  # where the uninterrupted run did, bit for bit: the shuffled, repeated
+  # pairs skipped to step 2, the optimizer's moments, the learning-rate
+  # schedule and the dropout seeds restored. (The real SIGKILL and rerun:
+  # benchmarks/fault_table.py.)
+  out = tmp_path / "out"
+  os.makedirs(out)
+  for name in ["flags.json", "bert_config.json", "pooling.json"] + [
+      os.path.basename(p) for p in glob.glob(str(trained["out"] / "ckpt-2.*"))]:
+    shutil.copy(trained["out"] / name, out)
+  (out / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n'
+                                  'all_model_checkpoint_paths: "ckpt-2"\n')
+  resumed = testing.run_program("official_bert.run_embedding",
+                                trained["argv"](out))
+  assert f"Resumed from {out / 'ckpt-2'} at step 2" in resumed.stdout
+  assert "Trained steps 2..4 " in resumed.stdout
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  ours, reference = (tf.train.load_checkpoint(str(d / "ckpt-4"))
+                     for d in (out, trained["out"]))
+  names = reference.get_variable_to_shape_map()
+  assert ours.get_variable_to_shape_map() == names
+  assert any("optimizer" in name for name in names)  # the moments too
+  for name in names:
+    np.testing.assert_array_equal(ours.get_tensor(name),
+                                  reference.get_tensor(name), err_msg=name)
+  assert _results(out / "eval_results.txt") == {
+      k: v for k, v in trained["results"].items() if not k.startswith("int8_")}
 
 
 @pytest.mark.parametrize("files, flags_, match", [
