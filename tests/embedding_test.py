@@ -86,7 +86,7 @@ def _flags(task, out, config, *extra):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
   """One run of 4 steps ([CLS] pooling), a checkpoint every 2 (ckpt-2 and
-  ckpt-4 kept), exported: {"task", "config", "out", "serving", "rows",
+  ckpt-4 kept), exported with --quantize=int8: {"task", "config", "out", "serving", "rows",
   "results" (eval_results.txt), "stdout", "argv" (output_dir -> its
   training flags)}."""
   testing.require_shared_data()
@@ -100,8 +100,11 @@ def trained(tmp_path_factory):
                   "--pooling=cls", "--num_train_epochs=1",
                   "--save_checkpoints_steps=2", "--steps_per_loop=2")
 
+  # With its int8 model (16 dev pairs: one rank swapped moves the MRR by
+  # 1/32 or more, so the gate is loose here).
   proc = testing.run_program("official_bert.run_embedding", argv(out) + [
-      f"--export_dir={root / 'serving'}"])
+      f"--export_dir={root / 'serving'}", "--quantize=int8",
+      "--max_quantization_drop=0.1"])
   return dict(task=task, config=config, out=out, serving=root / "serving",
               rows=rows, results=_results(out / "eval_results.txt"),
               stdout=proc.stdout, argv=argv)
@@ -155,6 +158,48 @@ def test_trains_exports_and_sentence_transformers_encode_agrees(
   again_results = _results(tmp_path / "again" / "eval_results.txt")
   assert again_results["eval_mrr_at_10"] == pytest.approx(
       results["eval_mrr_at_10"], abs=1e-6)
+
+
+def test_int8_model_serves_the_sentence_embedding_and_is_gated_on_mrr(
+    trained):
+  # model.tflite answers as the SavedModel's serving_ids does: ids in,
+  # `sentence_embedding` out, within cosine 0.99 on the dev texts; its
+  # eval_results.txt keys are that model's retrieval metrics, and the
+  # gate's metric is eval_mrr_at_10.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  task = embedding_task.EmbeddingTask(embedding_task.EmbeddingConfig(
+      str(trained["task"]), "", splits=("dev",)))
+  task.read()
+  task.encode(tokenization.FullTokenizer(testing.VOCAB, True), 24)
+  dev = task.splits["dev"][2]
+  version = str(trained["serving"] / "1")
+  int8 = litert_int8.Int8Model.load(version)
+  assert int8.signature["outputs"] == ["sentence_embedding"]
+  served = tf.saved_model.load(version).signatures["serving_ids"]
+  vectors = {}
+  for role in ("anchor", "positive"):
+    a = int8.predict(dev[role], 5)["sentence_embedding"]
+    b = served(**{k: tf.constant(v) for k, v in dev[role].items()})[
+        "sentence_embedding"].numpy()
+    cosine = np.sum(a * b, 1) / (np.linalg.norm(a, axis=1)
+                                 * np.linalg.norm(b, axis=1))
+    assert cosine.min() >= 0.99, cosine
+    # int8 weights, not float32's: LiteRT in float32 differs by ~6e-7,
+    # int8 by ~4e-3 (vectors up to ~2).
+    assert np.abs(a - b).max() > 1e-4
+    vectors[role] = a
+  expected = embedding_task.retrieval_metrics(vectors["anchor"],
+                                              vectors["positive"])
+  results = trained["results"]
+  for key in ("mrr_at_10", "recall_at_1", "recall_at_10"):
+    assert results[f"int8_eval_{key}"] == pytest.approx(expected[key],
+                                                         abs=1e-6), key
+  last = trained["stdout"].strip().splitlines()[-1]
+  assert (f"int8 {version}/model.tflite (eval_mrr_at_10 float32 "
+          f"{results['eval_mrr_at_10']:.4f}, int8 "
+          f"{results['int8_eval_mrr_at_10']:.4f})") in last, last
 
 
 def test_a_killed_run_resumes_exactly(trained, tmp_path):
