@@ -30,6 +30,7 @@ import os
 from absl import app
 from absl import flags
 
+from export import quantize_flag
 from official_bert import cli
 from official_bert import tpu_flags
 from official_bert import trainer_flags
@@ -60,11 +61,11 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
                       "fine-tuned model for TF Serving here.")
-  flags.DEFINE_enum("quantize", "none", ["none", "int8"], "int8: with "
-                    "--export_dir, also write <version>/model.tflite, the "
-                    "model with int8 weights (LiteRT, ids in; TF Serving "
-                    "--prefer_tflite_model=true), after its dev metric "
-                    "passes --max_quantization_drop.")
+  quantize_flag.define("int8: with --export_dir, also write "
+                       "<version>/model.tflite, the model with int8 weights "
+                       "(LiteRT, ids in; TF Serving --prefer_tflite_model="
+                       "true), after its dev metric passes "
+                       "--max_quantization_drop.")
   flags.DEFINE_float("max_quantization_drop", max_quantization_drop,
                      "With --quantize=int8: the largest drop of "
                      "--best_metric on dev, int8 against float32, as a "
