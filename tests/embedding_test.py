@@ -4,8 +4,9 @@ metrics on a hand-made case, and the program: eval_results.txt equals the
 metrics recomputed from the export's `sentence_embedding`, sentence-
 transformers' `encode` of export_checkpoint's output equals that signature,
 its pooling survives convert_checkpoint back, a rerun from an early
-checkpoint ends with the uninterrupted run's weights, and bad rows are one
-sentence naming the file and line."""
+checkpoint ends with the uninterrupted run's weights, the int8 model serves
+the same vectors, bad rows are one sentence naming the file and line, and
+so is the benchmark without `datasets`."""
 
 import glob
 import os
@@ -251,3 +252,17 @@ def test_bad_input_is_one_sentence(tmp_path, files, flags_, match):
       *flags_))
   assert re.search(match, last), last
   assert not os.path.exists(tmp_path / "out")
+
+
+def test_benchmark_without_datasets_is_one_sentence(tmp_path, monkeypatch):
+  # benchmarks/embedding_benchmark.py needs `datasets` (sentence-
+  # transformers' trainer), which no requirements file installs: one
+  # sentence with the fix, before it prepares anything. (None in
+  # sys.modules: missing, whether or not this machine has it.)
+  import sys  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(sys.modules, "datasets", None)
+  last = testing.refused_input("benchmarks.embedding_benchmark", [
+      f"--work_dir={tmp_path / 'work'}"])
+  assert last.endswith("the datasets package, which is not installed: pip "
+                       "install datasets"), last
+  assert not (tmp_path / "work").exists()
