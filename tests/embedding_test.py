@@ -87,9 +87,9 @@ def _flags(task, out, config, *extra):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
   """One run of 4 steps ([CLS] pooling), a checkpoint every 2 (ckpt-2 and
-  ckpt-4 kept), exported with --quantize=int8: {"task", "config", "out", "serving", "rows",
-  "results" (eval_results.txt), "stdout", "argv" (output_dir -> its
-  training flags)}."""
+  ckpt-4 kept), exported with --quantize=int8: {"task", "config", "out",
+  "serving", "rows", "results" (eval_results.txt), "stdout", "argv"
+  (output_dir -> its training flags)}."""
   testing.require_shared_data()
   root = tmp_path_factory.mktemp("embedding")
   task, out = root / "task", root / "out"
