@@ -31,6 +31,7 @@ if __name__ == "__main__":
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from export import litert_int8
+from export import quantize_flag
 from export import saved_model_io
 from export import serving
 
@@ -132,10 +133,10 @@ def define_flags():
                     "padded to a multiple of 16 (outputs cut back; same "
                     "values within 1e-5); serve with tensorflow_model_server"
                     " --xla_cpu_compilation_enabled=true.")
-  flags.DEFINE_enum("quantize", "none", list(litert_int8.QUANTIZE_CHOICES),
-                    "int8: also write <version>/model.tflite, serving_ids "
-                    "with int8 weights per channel (LiteRT; TF Serving "
-                    "serves it with --prefer_tflite_model=true).")
+  quantize_flag.define("int8: also write <version>/model.tflite, "
+                       "serving_ids with int8 weights per channel (LiteRT; "
+                       "TF Serving serves it with --prefer_tflite_model="
+                       "true).")
   flags.mark_flag_as_required("export_dir")
   flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 

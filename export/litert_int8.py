@@ -34,7 +34,6 @@ import numpy as np
 import tensorflow as tf
 
 LITERT_FILE = "model.tflite"
-QUANTIZE_CHOICES = ("none", "int8")
 
 
 def numeric(outputs):

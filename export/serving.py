@@ -58,6 +58,7 @@ import re
 import tensorflow as tf
 
 from export import litert_int8
+from export import quantize_flag
 from export import saved_model_io
 from export import serving_weights
 from export import tfhub_modules
@@ -490,9 +491,9 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     raise ValueError(f"pad_multiple must be at least 1, got {pad_multiple}")
   if top_k < 1:
     raise ValueError(f"top_k must be at least 1, got {top_k}")
-  if quantize not in litert_int8.QUANTIZE_CHOICES:
+  if quantize not in quantize_flag.CHOICES:
     raise ValueError(f"quantize must be one of "
-                     f"{list(litert_int8.QUANTIZE_CHOICES)}, got {quantize!r}")
+                     f"{list(quantize_flag.CHOICES)}, got {quantize!r}")
   vocab_size = getattr(model, "vocab_size", None)
   if vocab_size is None and hasattr(model, "encoder"):
     vocab_size = model.encoder.vocab_size

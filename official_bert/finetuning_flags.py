@@ -30,6 +30,7 @@ import os
 from absl import app
 from absl import flags
 
+from export import quantize_flag
 from official_bert import cli
 from official_bert import tpu_flags
 from official_bert import trainer_flags
@@ -60,11 +61,11 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
                       "fine-tuned model for TF Serving here.")
-  flags.DEFINE_enum("quantize", "none", ["none", "int8"], "int8: with "
-                    "--export_dir, also write <version>/model.tflite, the "
-                    "model with int8 weights (LiteRT, ids in; TF Serving "
-                    "--prefer_tflite_model=true), after its dev metric "
-                    "passes --max_quantization_drop.")
+  quantize_flag.define("int8: with --export_dir, also write "
+                       "<version>/model.tflite, the model with int8 weights "
+                       "(LiteRT, ids in; TF Serving --prefer_tflite_model="
+                       "true), after its dev metric passes "
+                       "--max_quantization_drop.")
   flags.DEFINE_float("max_quantization_drop", max_quantization_drop,
                      "With --quantize=int8: the largest drop of "
                      "--best_metric on dev, int8 against float32, as a "
@@ -262,13 +263,15 @@ def driver_config(fv, num_train_examples):
       early_stopping_patience=fv.early_stopping_patience)
 
 
-def run(fv, task, program, export=None):
+def run(fv, task, program, export=None, int8_outputs=None):
   """A fine-tuning program's run once its flags are checked and its task
   built: the task reads every split it needs (before TensorFlow starts: a
   bad file fails at once, not after training), the model's config and
   vocabulary are loaded, the task encodes its splits, and
   `finetuner.run_task` trains, evaluates, predicts and exports (`export`,
-  model -> path, when --export_dir is set). Returns run_task's answer."""
+  model -> path, when --export_dir is set; `int8_outputs`, with
+  --quantize=int8, names the int8 model's outputs: see `int8_model`).
+  Returns run_task's answer."""
   try:
     task.read()
   except (ValueError, UnicodeDecodeError, OSError) as e:
@@ -288,28 +291,34 @@ def run(fv, task, program, export=None):
                        else fv.predict_batch_size),
       predict_batch_size=fv.predict_batch_size,
       export=export if fv.export_dir else None,
-      int8=(lambda model: int8_model(fv, model)) if fv.quantize == "int8"
-      else None, max_quantization_drop=fv.max_quantization_drop)
+      int8=(lambda model: int8_model(fv, model, int8_outputs))
+      if fv.quantize == "int8" else None,
+      max_quantization_drop=fv.max_quantization_drop)
 
 
-def int8_model(fv, model):
+def int8_model(fv, model, outputs=None):
   """`(predict, save)` of `model` with int8 weights (export/litert_int8.py):
   `predict(inputs, batch_size)` -> the model's outputs, `save(path)` writes
-  it into the export at `path` and returns the file's path."""
+  it into the export at `path` and returns the file's path. Its outputs:
+  `outputs(model outputs)` -> {name: Tensor}, the export's own names (so
+  model.tflite answers as the SavedModel's serving_ids: run_embedding's
+  `sentence_embedding`); default a model's dict as it is, its one array as
+  `logits`."""
   from export import litert_int8  # pylint: disable=g-import-not-at-top
   from export import serving  # pylint: disable=g-import-not-at-top
   try:
-    content = serving.int8_model(model, litert_int8.model_outputs,
+    content = serving.int8_model(model, outputs or litert_int8.model_outputs,
                                  fv.vocab_file, fv.do_lower_case,
                                  fv.max_seq_length)
   except ValueError as e:
     raise cli.Error(str(e)) from None
   lite = litert_int8.Int8Model(content)
-  names = set(lite.signature["outputs"])
+  names = lite.signature["outputs"]
 
   def predict(inputs, batch_size):
-    outputs = lite.predict(inputs, batch_size)
-    return outputs["logits"] if names == {"logits"} else outputs
+    # One output is the model's one array (logits, sentence_embedding).
+    found = lite.predict(inputs, batch_size)
+    return found[names[0]] if len(names) == 1 else found
 
   return predict, lambda path: litert_int8.write(path, content)
 

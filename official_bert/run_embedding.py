@@ -22,7 +22,10 @@ bert_config.json, pooling.json, eval_results.txt (eval_mrr_at_10,
 eval_recall_at_1, eval_recall_at_10 of each dev anchor searching every dev
 positive by cosine), test_embeddings.tsv with --do_predict (one line per
 test anchor). With --export_dir, a TF Serving SavedModel: raw text in,
-`sentence_embedding` out. `export.export_checkpoint
+`sentence_embedding` out; --quantize=int8 adds model.tflite (ids in,
+`sentence_embedding` out, int8 weights) when its dev eval_mrr_at_10 (or
+--best_metric) drops by at most --max_quantization_drop, and the int8_*
+keys to eval_results.txt. `export.export_checkpoint
 --format=sentence_transformers --init_checkpoint=<output_dir>` writes it for
 sentence-transformers, with its pooling.
 """
@@ -89,7 +92,8 @@ def main(argv):
       FLAGS, embedding_task.EmbeddingConfig, data_dir=FLAGS.task_data_dir,
       splits=finetuning_flags.splits(FLAGS), pooling=pooling))
   finetuning_flags.run(FLAGS, task, "run_embedding",
-                       lambda model: _export(task, model))
+                       lambda model: _export(task, model),
+                       int8_outputs=task.serving_outputs)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,15 @@ sentence-transformers' MultipleNegativesRankingLoss and numpy, the retrieval
 metrics on a hand-made case, and the program: eval_results.txt equals the
 metrics recomputed from the export's `sentence_embedding`, sentence-
 transformers' `encode` of export_checkpoint's output equals that signature,
-its pooling survives convert_checkpoint back, and bad rows are one sentence
-naming the file and line."""
+its pooling survives convert_checkpoint back, a rerun from an early
+checkpoint ends with the uninterrupted run's weights, the int8 model serves
+the same vectors, bad rows are one sentence naming the file and line, and
+so is the benchmark without `datasets`."""
 
+import glob
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -80,19 +84,41 @@ def _flags(task, out, config, *extra):
           "--learning_rate=1e-3", *extra]
 
 
-def test_trains_exports_and_sentence_transformers_encode_agrees(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """One run of 4 steps ([CLS] pooling), a checkpoint every 2 (ckpt-2 and
+  ckpt-4 kept), exported with --quantize=int8: {"task", "config", "out",
+  "serving", "rows", "results" (eval_results.txt), "stdout", "argv"
+  (output_dir -> its training flags)}."""
   testing.require_shared_data()
-  task, out = tmp_path / "task", tmp_path / "out"
+  root = tmp_path_factory.mktemp("embedding")
+  task, out = root / "task", root / "out"
   rows = _write_pairs(task)
-  config = _config(tmp_path)
-  testing.run_program("official_bert.run_embedding", _flags(
-      task, out, config, "--do_train", "--do_eval", "--pooling=cls",
-      "--num_train_epochs=1", f"--export_dir={tmp_path / 'serving'}"))
-  results = _results(out / "eval_results.txt")
+  config = _config(root)
+
+  def argv(output_dir):
+    return _flags(task, output_dir, config, "--do_train", "--do_eval",
+                  "--pooling=cls", "--num_train_epochs=1",
+                  "--save_checkpoints_steps=2", "--steps_per_loop=2")
+
+  # With its int8 model (16 dev pairs: one rank swapped moves the MRR by
+  # 1/32 or more, so the gate is loose here).
+  proc = testing.run_program("official_bert.run_embedding", argv(out) + [
+      f"--export_dir={root / 'serving'}", "--quantize=int8",
+      "--max_quantization_drop=0.1"])
+  return dict(task=task, config=config, out=out, serving=root / "serving",
+              rows=rows, results=_results(out / "eval_results.txt"),
+              stdout=proc.stdout, argv=argv)
+
+
+def test_trains_exports_and_sentence_transformers_encode_agrees(
+    trained, tmp_path):
+  task, out, config = trained["task"], trained["out"], trained["config"]
+  rows, results = trained["rows"], trained["results"]
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  served = tf.saved_model.load(str(tmp_path / "serving" / "1")).signatures[
+  served = tf.saved_model.load(str(trained["serving"] / "1")).signatures[
       "serving_default"]
 
   def embed(texts):
@@ -135,6 +161,79 @@ def test_trains_exports_and_sentence_transformers_encode_agrees(tmp_path):
       results["eval_mrr_at_10"], abs=1e-6)
 
 
+def test_int8_model_serves_the_sentence_embedding_and_is_gated_on_mrr(
+    trained):
+  # model.tflite answers as the SavedModel's serving_ids does: ids in,
+  # `sentence_embedding` out, within cosine 0.99 on the dev texts; its
+  # eval_results.txt keys are that model's retrieval metrics, and the
+  # gate's metric is eval_mrr_at_10.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  task = embedding_task.EmbeddingTask(embedding_task.EmbeddingConfig(
+      str(trained["task"]), "", splits=("dev",)))
+  task.read()
+  task.encode(tokenization.FullTokenizer(testing.VOCAB, True), 24)
+  dev = task.splits["dev"][2]
+  version = str(trained["serving"] / "1")
+  int8 = litert_int8.Int8Model.load(version)
+  assert int8.signature["outputs"] == ["sentence_embedding"]
+  served = tf.saved_model.load(version).signatures["serving_ids"]
+  vectors = {}
+  for role in ("anchor", "positive"):
+    a = int8.predict(dev[role], 5)["sentence_embedding"]
+    b = served(**{k: tf.constant(v) for k, v in dev[role].items()})[
+        "sentence_embedding"].numpy()
+    cosine = np.sum(a * b, 1) / (np.linalg.norm(a, axis=1)
+                                 * np.linalg.norm(b, axis=1))
+    assert cosine.min() >= 0.99, cosine
+    # int8 weights, not float32's: LiteRT in float32 differs by ~6e-7,
+    # int8 by ~4e-3 (vectors up to ~2).
+    assert np.abs(a - b).max() > 1e-4
+    vectors[role] = a
+  expected = embedding_task.retrieval_metrics(vectors["anchor"],
+                                              vectors["positive"])
+  results = trained["results"]
+  for key in ("mrr_at_10", "recall_at_1", "recall_at_10"):
+    assert results[f"int8_eval_{key}"] == pytest.approx(expected[key],
+                                                         abs=1e-6), key
+  last = trained["stdout"].strip().splitlines()[-1]
+  assert (f"int8 {version}/model.tflite (eval_mrr_at_10 float32 "
+          f"{results['eval_mrr_at_10']:.4f}, int8 "
+          f"{results['int8_eval_mrr_at_10']:.4f})") in last, last
+
+
+def test_a_killed_run_resumes_exactly(trained, tmp_path):
+  # Killed after ckpt-2 (of 4), then rerun: the output_dir holds what the
+  # run had written by then (its run files and ckpt-2), and the rerun ends
+  # where the uninterrupted run did, bit for bit: the shuffled, repeated
+  # pairs skipped to step 2, the optimizer's moments, the learning-rate
+  # schedule and the dropout seeds restored. (The real SIGKILL and rerun:
+  # benchmarks/fault_table.py.)
+  out = tmp_path / "out"
+  os.makedirs(out)
+  for name in ["flags.json", "bert_config.json", "pooling.json"] + [
+      os.path.basename(p) for p in glob.glob(str(trained["out"] / "ckpt-2.*"))]:
+    shutil.copy(trained["out"] / name, out)
+  (out / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n'
+                                  'all_model_checkpoint_paths: "ckpt-2"\n')
+  resumed = testing.run_program("official_bert.run_embedding",
+                                trained["argv"](out))
+  assert f"Resumed from {out / 'ckpt-2'} at step 2" in resumed.stdout
+  assert "Trained steps 2..4 " in resumed.stdout
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  ours, reference = (tf.train.load_checkpoint(str(d / "ckpt-4"))
+                     for d in (out, trained["out"]))
+  names = reference.get_variable_to_shape_map()
+  assert ours.get_variable_to_shape_map() == names
+  assert any("optimizer" in name for name in names)  # the moments too
+  for name in names:
+    np.testing.assert_array_equal(ours.get_tensor(name),
+                                  reference.get_tensor(name), err_msg=name)
+  assert _results(out / "eval_results.txt") == {
+      k: v for k, v in trained["results"].items() if not k.startswith("int8_")}
+
+
 @pytest.mark.parametrize("files, flags_, match", [
     ({"dev.tsv": "anchor\tpositive\nopen the file\t\n"}, [],
      r"dev.tsv:2: the positive \('positive'\) is empty"),
@@ -153,3 +252,17 @@ def test_bad_input_is_one_sentence(tmp_path, files, flags_, match):
       *flags_))
   assert re.search(match, last), last
   assert not os.path.exists(tmp_path / "out")
+
+
+def test_benchmark_without_datasets_is_one_sentence(tmp_path, monkeypatch):
+  # benchmarks/embedding_benchmark.py needs `datasets` (sentence-
+  # transformers' trainer), which no requirements file installs: one
+  # sentence with the fix, before it prepares anything. (None in
+  # sys.modules: missing, whether or not this machine has it.)
+  import sys  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(sys.modules, "datasets", None)
+  last = testing.refused_input("benchmarks.embedding_benchmark", [
+      f"--work_dir={tmp_path / 'work'}"])
+  assert last.endswith("the datasets package, which is not installed: pip "
+                       "install datasets"), last
+  assert not (tmp_path / "work").exists()

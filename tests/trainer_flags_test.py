@@ -24,16 +24,23 @@ def _defines(path):
           and node.args and isinstance(node.args[0], ast.Constant)}
 
 
-def test_trainer_flags_are_defined_only_in_trainer_flags():
+def _defined_where(flag_names):
+  """{flag: [files defining it]} of `flag_names`, over the programs'
+  packages."""
   where = {}
   for package in ("official_bert", "export", "tfrecords"):
     for dirpath, _, names in os.walk(os.path.join(testing.ROOT, package)):
       for name in names:
         if name.endswith(".py"):
           path = os.path.join(dirpath, name)
-          for flag in _defines(path) & set(TRAINER_FLAGS):
+          for flag in _defines(path) & set(flag_names):
             where.setdefault(flag, []).append(
                 os.path.relpath(path, testing.ROOT))
+  return where
+
+
+def test_trainer_flags_are_defined_only_in_trainer_flags():
+  where = _defined_where(TRAINER_FLAGS)
   # The quickstart passes its own --optimizer on to the programs.
   where.get("optimizer", []).remove("official_bert/quickstart.py")
   assert where == {flag: ["official_bert/trainer_flags.py"]
@@ -54,6 +61,22 @@ def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
   assert defaults["steps_per_loop"] == steps_per_loop
   assert defaults["keep_checkpoint_max"] == kept
   assert defaults["optimizer"] == "adamw"
+
+
+def test_quantize_is_defined_once_and_each_program_lists_it():
+  # export_saved_model and the fine-tuning programs pass their own help to
+  # export/quantize_flag.py (no TensorFlow), and --help lists the flag
+  # under the program's module, as when each defined it.
+  assert _defined_where(["quantize"]) == {
+      "quantize": ["export/quantize_flag.py"]}
+  import xml.etree.ElementTree as ET  # pylint: disable=g-import-not-at-top
+  out = testing.run_program("official_bert.run_ner", ["--helpxml"],
+                            check=False).stdout
+  flag, = [f for f in ET.fromstring(out[out.index("<?xml"):]).iter("flag")
+           if f.findtext("name") == "quantize"]
+  assert flag.findtext("file") == "official_bert.finetuning_flags"
+  assert [e.text for e in flag.iter("enum_value")] == ["none", "int8"]
+  assert flag.findtext("default") == "none"
 
 
 # The training programs and the modules that define flags for them.
