@@ -53,7 +53,8 @@ class Writer:
   output: str  # the output location, relative to the case's directory
   # bytes: the same files with the same bytes as the undisturbed run;
   # names: the same file names (a SavedModel's bytes vary); resume: where
-  # a trainer resumed.
+  # a trainer resumed; weights: that, and whether its last checkpoint holds
+  # the undisturbed run's weights (and optimizer slots, step).
   compare: str = "names"
   prepare: Callable = None  # (fixtures, case dir, reference dir) -> None
   # SIGKILL when a new path under the case's directory holds one of these
@@ -88,6 +89,53 @@ def _classifier(fx, out):
           "--label_column=part", "--max_seq_length=32", "--do_train",
           "--do_eval", "--do_predict", "--train_batch_size=16",
           "--num_train_epochs=1", "--steps_per_loop=2"]
+
+
+def _ner(fx, out):
+  # 40 sentences, in windows of 16 pieces, batch 8: 10 steps; a checkpoint
+  # every 2, killed at ckpt-4 (kill_when).
+  return [f"--task_data_dir={fx}/ner", f"--bert_config_file={fx}/cls.json",
+          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          "--max_seq_length=16", "--do_train", "--do_eval", "--do_predict",
+          "--train_batch_size=8", "--num_train_epochs=1",
+          "--save_checkpoints_steps=2", "--steps_per_loop=1"]
+
+
+def _squad(fx, out):
+  # 40 questions, batch 8: 5 steps; a checkpoint every 2, killed at ckpt-4.
+  return [f"--train_file={fx}/squad/train.json",
+          f"--predict_file={fx}/squad/dev.json",
+          f"--bert_config_file={fx}/cls.json", f"--vocab_file={testing.VOCAB}",
+          f"--output_dir={out}", "--version_2_with_negative",
+          "--max_seq_length=64", "--doc_stride=24", "--max_query_length=24",
+          "--do_train", "--do_predict", "--train_batch_size=8",
+          "--num_train_epochs=1", "--save_checkpoints_steps=2",
+          "--steps_per_loop=1"]
+
+
+def _embedding(fx, out):
+  # 32 pairs, batch 8: 4 steps, ckpt-2, then ckpt-4 (kill_when).
+  return [f"--task_data_dir={fx}/pairs", f"--bert_config_file={fx}/cls.json",
+          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          "--max_seq_length=24", "--train_batch_size=8",
+          "--learning_rate=1e-3", "--do_train", "--do_eval", "--do_predict",
+          "--num_train_epochs=1", "--save_checkpoints_steps=2",
+          "--steps_per_loop=1"]
+
+
+def _extend(fx, out):
+  return [f"--init_checkpoint={fx}/ckpt/ckpt-1",
+          f"--bert_config_file={fx}/bert_config.json",
+          f"--vocab_file={testing.TESTDATA}/export_vocab.txt",
+          f"--new_words_file={fx}/new_words.txt",
+          "--max_position_embeddings=32", f"--output_dir={out}"]
+
+
+# The quickstart at its test's short sizes, smaller still (tests/
+# quickstart_test.py's SHORT with 8 training steps).
+QUICKSTART = ["--max_documents=60", "--vocab_size=2000", "--max_seq_length=64",
+              "--max_predictions_per_seq=10", "--dupe_factor=2",
+              "--num_train_steps=8", "--train_batch_size=16"]
 
 
 def _model_flags(fx):
@@ -152,6 +200,17 @@ WRITERS = [
                f"--input_file={fx}/sentences.txt", f"--output_file={out}",
                f"--max_seq_length={testing.SEQ}", "--layers=-1,-2"],
            "out/features.jsonl", compare="bytes"),
+    Writer("run_ner", "official_bert.run_ner", _ner, "out",
+           compare="resume", kill_when=("ckpt-4",)),
+    Writer("run_squad", "official_bert.run_squad", _squad, "out",
+           compare="resume", kill_when=("ckpt-4",)),
+    Writer("run_embedding", "official_bert.run_embedding", _embedding, "out",
+           compare="weights", kill_when=("ckpt-4",)),
+    Writer("extend_checkpoint", "official_bert.extend_checkpoint", _extend,
+           "out/extended"),
+    Writer("quickstart", "official_bert.quickstart",
+           lambda fx, out: [f"--work_dir={out}"] + QUICKSTART, "out/qs",
+           compare="resume", kill_when=("pretraining/ckpt-4",)),
 ]
 
 
@@ -176,6 +235,17 @@ def make_fixtures(fx):
                       ).to_json_file(f"{fx}/cls.json")
   run_classifier_test.write_task(f"{fx}/task", per_class_train=40,
                                  per_class_dev=10)
+  from tools import pydocs_ner  # pylint: disable=g-import-not-at-top
+  from tools import retrieval_task  # pylint: disable=g-import-not-at-top
+  from tools import squad_task  # pylint: disable=g-import-not-at-top
+  pydocs_ner.write_task(f"{fx}/ner", testing.CORPUS,
+                        {"train": 40, "dev": 8, "test": 8})
+  squad_task.write_task(f"{fx}/squad", version_2=True, max_train=40,
+                        max_dev=8, train_docs=range(0, 80),
+                        dev_docs=range(300, 340))
+  retrieval_task.write_task(f"{fx}/pairs", 32, 16, 4)
+  with open(f"{fx}/new_words.txt", "w", encoding="utf-8") as f:
+    f.write("kinase\nglycolysis\nmitochondria\n")
   model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
   checkpoints.save_model(model, f"{fx}/ckpt/ckpt-1")
 
@@ -284,16 +354,49 @@ def rerun_result(writer, fx, case, reference):
   status, last, out = run(writer, fx, case)
   if status != 0:
     return f"exit {status}: {last[:120]}"
-  if writer.compare == "resume":
+  if writer.compare in ("resume", "weights"):
     resumed = [l for l in out.splitlines() if "Resumed from" in l]
+    weights = ("; " + same_weights(os.path.join(reference, writer.output),
+                                   os.path.join(case, writer.output))
+               if writer.compare == "weights" else "")
     return ("exit 0, " + (resumed[0].split("Resumed from ")[1].replace(
-        case + "/", "") if resumed else "from scratch")
+        case + "/", "") if resumed else "from scratch") + weights
             + f"; debris {debris(case)}")
   same = _same_files(os.path.join(reference, "out"),
                      os.path.join(case, "out"), writer.compare == "bytes")
   what = "bytes" if writer.compare == "bytes" else "files"
   return (f"exit 0, {what} {'equal to' if same else 'DIFFER from'} the "
           f"undisturbed run's; debris {debris(case)}")
+
+
+def same_weights(reference_dir, case_dir, atol=1e-6):
+  """Whether the latest checkpoints of two output directories hold the
+  same variables with the same values (within `atol`): a rerun that
+  resumed exactly ends where the undisturbed run ended."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  prefixes = [tf.train.latest_checkpoint(d) for d in (reference_dir,
+                                                       case_dir)]
+  if None in prefixes:
+    return "no checkpoint to compare"
+  readers = [tf.train.load_checkpoint(p) for p in prefixes]
+  shapes = [r.get_variable_to_shape_map() for r in readers]
+  names = sorted(n for n in shapes[0] if "OBJECT_GRAPH" not in n)
+  if names != sorted(n for n in shapes[1] if "OBJECT_GRAPH" not in n):
+    return "final checkpoint's variables DIFFER from the undisturbed run's"
+  worst, compared = 0.0, 0
+  for name in names:
+    a, b = (r.get_tensor(name) for r in readers)
+    if a.dtype.kind not in "fiu":
+      continue
+    compared += 1
+    if a.shape != b.shape:
+      return f"final weights DIFFER: {name} has another shape"
+    worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b),
+                                    initial=0)))
+  verdict = "equal to" if worst <= atol else "DIFFER from"
+  return (f"final weights ({os.path.basename(prefixes[1])}, {compared} "
+          f"tensors) {verdict} the undisturbed run's (max diff {worst:.1g})")
 
 
 def _cell(text, width=200):

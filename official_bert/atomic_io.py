@@ -61,7 +61,8 @@ def remove_stale(directory, prefix):
     return
   for name in names:
     match = re.match(r"-?(\d+)", name[len(prefix):])
-    if not name.startswith(prefix) or not match or _running(int(match[1])):
+    if (not name.startswith(prefix) or not match or
+        process_running(int(match[1]))):
       continue
     path = os.path.join(directory, name)
     if os.path.isdir(path) and not os.path.islink(path):
@@ -73,7 +74,8 @@ def remove_stale(directory, prefix):
         pass
 
 
-def _running(pid):
+def process_running(pid):
+  """Whether process `pid` runs on this host (another user's counts)."""
   try:
     os.kill(pid, 0)
   except ProcessLookupError:

@@ -27,12 +27,14 @@ checkpoint); a stage whose flags or inputs changed is redone, with every stage
 after it.
 """
 
+import ctypes
 import glob
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -146,6 +148,28 @@ class _Filter:
     return line
 
 
+def _ends_with_this_process():
+  """A stage's preexec_fn: on Linux, the stage is SIGKILLed when the
+  quickstart ends, so a quickstart that is itself killed (SIGKILL cannot
+  stop its children) leaves no stage running on, writing under --work_dir
+  while the rerun writes the same files. Elsewhere it does nothing."""
+  parent = os.getpid()
+
+  def preexec():
+    try:
+      libc = ctypes.CDLL(None, use_errno=True)
+      libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux
+      return
+    if os.getppid() != parent:  # it ended before prctl took effect
+      os.kill(os.getpid(), signal.SIGKILL)
+
+  return preexec if sys.platform.startswith("linux") else None
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def _run(stage, args, indent="    "):
   """Runs `python -m <args>` from the repository root; shows its output
   without TensorFlow's start-up noise, indented under the stage."""
@@ -160,7 +184,8 @@ def _run(stage, args, indent="    "):
   child_error = None
   with subprocess.Popen([sys.executable, "-m"] + args, cwd=root, env=env,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, errors="replace", bufsize=1) as proc:
+                        text=True, errors="replace", bufsize=1,
+                        preexec_fn=_ends_with_this_process()) as proc:
     for line in proc.stdout:
       line = line.rstrip("\n")
       if _CHILD_ERROR.match(line):
@@ -171,13 +196,23 @@ def _run(stage, args, indent="    "):
         print(f"{indent}{shown}" if shown else "", flush=True)
   if proc.returncode:
     if child_error:
-      program, _, cause = child_error.partition(": error: ")
-      cause = f"{program} says: {cause.rstrip('.')}"
+      cause = _relayed(child_error)
     else:
       cause = f"exit status {proc.returncode}"
     raise cli.Error(f"the {stage} stage failed ({cause}); fix that and rerun "
                     "the same command: finished stages are kept.")
   _log(f"{stage}: done in {time.time() - started:.0f} s")
+
+
+def _relayed(child_error):
+  """A stage's last line, `program: error: sentence`, as the quickstart's
+  own sentence quotes it. A full disk's advice names the stage's flag
+  (--output_dir, --output_file, ...), which the quickstart sets to a path
+  under --work_dir: the user's choice is --work_dir."""
+  program, _, cause = child_error.partition(": error: ")
+  cause = re.sub(r"point --\w+ at another disk",
+                 "point --work_dir at another disk", cause.rstrip("."))
+  return f"{program} says: {cause}"
 
 
 # ------------------------------------------------------------ stages ----

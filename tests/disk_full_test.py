@@ -273,5 +273,29 @@ def test_each_errno_has_its_reason_and_advice(tmp_path, number, why, advice):
   assert raised.value.why.startswith(why)
 
 
+@pytest.mark.skipif(not os.access("/dev/full", os.W_OK),
+                    reason="no /dev/full to write to")
+def test_a_real_enospc_is_the_full_disk_sentence():
+  """A real ENOSPC, which a file size limit cannot give (EFBIG) and a small
+  filesystem would need root for: /dev/full fails every write with it.
+  Python's write in a writer's `writing` block, and TensorFlow's
+  TFRecordWriter (the data job's; its error carries the errno as words)
+  translated as cli.run translates an error outside any block."""
+  with pytest.raises(disk_full.WriteFailed) as raised:
+    with disk_full.writing("/dev/full", "the file"):
+      with open("/dev/full", "wb") as f:
+        f.write(b"x")
+  assert raised.value.why.startswith("the disk is full, "), raised.value.why
+  assert raised.value.why.endswith(" free"), raised.value.why
+  assert raised.value.advice == "free space on that disk"
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with pytest.raises(tf.errors.OpError) as raised_tf:
+    with tf.io.TFRecordWriter("/dev/full") as writer:
+      writer.write(b"x" * 100_000)
+  failed = disk_full.from_error(raised_tf.value)
+  assert failed.sentence("output_file").startswith(
+      "cannot write a file /dev/full: the disk is full, "), failed.sentence()
+
+
 if __name__ == "__main__":
   child(sys.argv[1])

@@ -253,3 +253,46 @@ def test_quickstart_shows_progress_not_tensorflow_noise():
                         "learning step 4: minimum count 15 -> 2241 tokens (2.8 s)")
   step = "step 100/2000 loss 7.875 masked_lm_loss 7.188 ETA 0:23:13"
   assert kept.shown(step) == step
+
+
+def test_a_killed_quickstart_takes_its_running_stage_with_it():
+  """SIGKILL of the quickstart alone (not its process group) ends the stage
+  it was running too: no trainer left writing under --work_dir beside the
+  rerun's. A stage here is `sleep`, started as quickstart._run starts one."""
+  script = ("import subprocess, time\n"
+            "from official_bert import quickstart\n"
+            "stage = subprocess.Popen(['sleep', '60'], "
+            "preexec_fn=quickstart._ends_with_this_process())\n"
+            "print(stage.pid, flush=True)\n"
+            "time.sleep(60)\n")
+  with subprocess.Popen([sys.executable, "-c", script], cwd=testing.ROOT,
+                        env=_env(), stdout=subprocess.PIPE,
+                        text=True) as parent:
+    stage = int(parent.stdout.readline())
+    try:
+      parent.kill()
+      parent.wait()
+      deadline = time.time() + 10
+      while testing.process_running(stage) and time.time() < deadline:
+        time.sleep(0.05)
+      assert not testing.process_running(stage)
+    finally:
+      if testing.process_running(stage):
+        os.kill(stage, signal.SIGKILL)
+
+
+def test_a_stages_full_disk_sentence_names_the_work_dir():
+  """The stage's sentence is relayed, its advice pointing at the flag the
+  user sets: --work_dir, not the stage's --output_file."""
+  from official_bert import quickstart  # pylint: disable=g-import-not-at-top
+  assert quickstart._relayed(
+      "create_pretraining_data: error: cannot write the pretraining data "
+      "/w/data/train.tfrecord: the disk is full, 1.0 MB free; free space on "
+      "that disk or point --output_file at another disk.") == (
+          "create_pretraining_data says: cannot write the pretraining data "
+          "/w/data/train.tfrecord: the disk is full, 1.0 MB free; free space "
+          "on that disk or point --work_dir at another disk")
+  assert quickstart._relayed("learn_vocab: error: --vocab_size=3 is too "
+                             "small.") == (
+                                 "learn_vocab says: --vocab_size=3 is too "
+                                 "small")

@@ -16,6 +16,12 @@ records are exactly those of create_pretraining_data.py with the same flags
 (the order within shards is the runner's; which shard holds a record is
 not). Each shard is written in the run's beam-temp-* directory and renamed
 into place; the program removes that directory on success and on failure.
+On the DirectRunner (the job lives and dies with this process) the
+directory's name records this host and process id, and a later run of the
+same --output_file removes such a directory whose process no longer runs
+(a SIGKILLed run's); another runner's job may outlive the process that
+launched it, so its directory records no owner and is never removed by
+another run (temp_dir_for, remove_stale_temp_dirs).
 
 Runner-portable: the transforms are Beam's core ones (Create, ParDo,
 Reshuffle, Flatten, GroupByKey), which every runner runs, DaskRunner included.
@@ -37,6 +43,9 @@ Usage:
 import importlib
 import logging as logging_std
 import os
+import re
+import shutil
+import socket
 import sys
 import time
 import uuid
@@ -51,6 +60,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
 import numpy as np
 
+from official_bert import atomic_io
 from official_bert import cli
 from official_bert import disk_full
 from official_bert.data import features
@@ -181,11 +191,56 @@ def _framed(records):
   return features.frame_records(b"".join(records), lengths)
 
 
-def temp_dir_for(output_prefix):
-  """A fresh beam-temp-* directory beside the output for one run."""
+def temp_dir_for(output_prefix, owner=None):
+  """A fresh beam-temp-* directory beside the output for one run.
+
+  `owner`: (host, pid) of the process whose end ends the job (a runner in
+  this process: the DirectRunner), recorded in the name as
+  beam-temp-NAME-HOST-PID-UUID so that a later run can tell a killed run's
+  directory from a running one's (remove_stale_temp_dirs). None (a
+  distributed runner, whose job may outlive the process that launched it):
+  beam-temp-NAME-UUID, which no other run removes.
+  """
   directory, name = FileSystems.split(output_prefix)
+  tag = f"{owner[0]}-{owner[1]}-" if owner else ""
   return FileSystems.join(directory or ".",
-                          f"beam-temp-{name}-{uuid.uuid4().hex}")
+                          f"beam-temp-{name}-{tag}{uuid.uuid4().hex}")
+
+
+def this_host():
+  """This machine's name as a temp directory's name records it (no "-")."""
+  return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "localhost"
+
+
+def remove_stale_temp_dirs(output_prefix, host=None):
+  """Removes the beam-temp-* directories of `output_prefix` that a killed
+  run left: those whose name records this host (`host`, default
+  this_host()) and a process that no longer runs. Kept: a live process's (a
+  run of the same output in progress), another host's (its process cannot
+  be seen from here), and those that record no owner (a distributed
+  runner's, whose job may still be running). Local paths only. "This host"
+  is its host name and the processes it sees: two containers that share a
+  host name and the output directory but not their process ids must not
+  write the same output at once. Returns the paths removed."""
+  if "://" in output_prefix:
+    return []
+  directory, name = os.path.split(output_prefix)
+  owned = re.compile(re.escape(f"beam-temp-{name}-{host or this_host()}-")
+                     + r"(\d+)-[0-9a-f]{32}")
+  try:
+    entries = os.listdir(directory or ".")
+  except OSError:
+    return []
+  removed = []
+  for entry in sorted(entries):
+    match = owned.fullmatch(entry)
+    path = os.path.join(directory, entry)
+    if (not match or atomic_io.process_running(int(match[1])) or
+        not os.path.isdir(path) or os.path.islink(path)):
+      continue
+    shutil.rmtree(path, ignore_errors=True)
+    removed.append(path)
+  return removed
 
 
 def build_pipeline(pipeline, input_files, output_prefix, vocab_file, options,
@@ -306,6 +361,12 @@ def count_records(paths, compression):
 DIRECT_RUNNER = "apache_beam.runners.direct.direct_runner.DirectRunner"
 
 
+def runs_in_this_process(name):
+  """Whether --runner=name runs the job in this process tree (the
+  DirectRunner, as _in_process_runner builds it): the job ends with it."""
+  return name.lower() in ("direct", "directrunner", DIRECT_RUNNER.lower())
+
+
 def _in_process_runner(name, options):
   """Beam's FnApiRunner for --runner=DirectRunner; None (Beam resolves the
   name) for any other runner.
@@ -319,7 +380,7 @@ def _in_process_runner(name, options):
   --direct_running_mode work as in Beam). --runner=PrismRunner asks for
   Prism by name.
   """
-  if name.lower() not in ("direct", "directrunner", DIRECT_RUNNER.lower()):
+  if not runs_in_this_process(name):
     return None
   # pylint: disable=g-import-not-at-top
   from apache_beam.portability.api import beam_provision_api_pb2
@@ -372,6 +433,14 @@ def main(argv):
   cli.check_input_file("vocab_file", FLAGS.vocab_file)
   cli.check_output_file("output_file", FLAGS.output_file)
   path = runner_path(FLAGS.runner)
+  owner = None
+  if runs_in_this_process(FLAGS.runner):
+    # A killed run's temp directory (SIGKILL cannot clean up); this run's
+    # records this process, so the next run can tell.
+    for stale in remove_stale_temp_dirs(FLAGS.output_file):
+      logging.info("removed %s: the run that wrote it was stopped (its "
+                   "process no longer runs)", stale)
+    owner = (this_host(), os.getpid())
   start = time.time()
   try:
     input_files = documents.expand_inputs(FLAGS.input_file)
@@ -393,7 +462,7 @@ def main(argv):
                     f"after `--`: {'; '.join(filter(None, problems))}.") \
         from None
   compression = "" if FLAGS.compression == "none" else FLAGS.compression
-  temp_dir = temp_dir_for(FLAGS.output_file)
+  temp_dir = temp_dir_for(FLAGS.output_file, owner)
   build_pipeline(pipeline, input_files, FLAGS.output_file, FLAGS.vocab_file,
                  options, FLAGS.do_lower_case, FLAGS.window_tokens,
                  FLAGS.num_output_shards, compression, temp_dir)
