@@ -20,10 +20,27 @@ at chance, and on 48-piece ones with windows of 32 it learned for 1 seed of
 The model is a 2-layer H32 BERT from random weights (the tests' tiny
 config with BERT's uncased vocab), so the figures measure the windows, not
 pretraining.
+
+Against Hugging Face at 512 (--hf_max_seq_length, 0 to skip): each seed's
+fine-tuned checkpoint is exported with `export.export_checkpoint
+--format=huggingface` and `BertForSequenceClassification` reads the same dev
+documents (our ids) truncated to their first 512 pieces, at the same batch
+size; printed beside ours: dev accuracy, prediction ms per document (ours
+from run_classifier's "test predictions" line over every window of the
+dev documents, written again as test.tsv; HF's a timed forward over the
+pre-tokenized documents, as ours' are encoded before its clock starts), the
+ratio, our training ms per training document, and the accuracy a reader of
+the first 510 pieces can reach (key sentence inside: right; else a coin).
+Its positions past --max_seq_length are untrained (ours never sees them),
+so HF's accuracy is that of our weights read at 512, not of a model
+fine-tuned at 512; the config then has max(--max_seq_length, 512)
+position embeddings.
 """
 
 import argparse
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -42,18 +59,50 @@ def _tiny_config(path, max_positions):
       initializer_range=0.02).to_json_file(path)
 
 
-def _run(args):
+def _run(args, program="official_bert.run_classifier"):
+  """(wall seconds, the program's output)."""
   t0 = time.time()
-  subprocess.run([sys.executable, "-m", "official_bert.run_classifier"]
-                 + args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
-  return time.time() - t0
+  proc = subprocess.run([sys.executable, "-m", program] + args, cwd=ROOT,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, env=dict(os.environ,
+                                            TF_CPP_MIN_LOG_LEVEL="2"))
+  if proc.returncode:
+    raise RuntimeError(f"{program} failed:\n{proc.stdout[-3000:]}")
+  return time.time() - t0, proc.stdout
 
 
 def _accuracy(output_dir):
   with open(os.path.join(output_dir, "eval_results.txt")) as f:
     return float(dict(line.strip().split(" = ") for line in f)[
         "eval_accuracy"])
+
+
+def _hf_at(export_dir, dev_tsv, max_seq_length, batch_size):
+  """(dev accuracy, seconds) of the HF export reading each dev document's
+  first `max_seq_length` pieces (our tokenizer's ids, encoded first)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import BertForSequenceClassification  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
+  examples = classifier_data.read_examples(
+      dev_tsv, classifier_data.Columns("sentence", None, "label"))
+  inputs = classifier_data.encode(
+      examples, tokenization.FullTokenizer(VOCAB, True), max_seq_length)
+  model = BertForSequenceClassification.from_pretrained(export_dir).eval()
+  arrays = [torch.from_numpy(np.asarray(inputs[k], np.int64)) for k in
+            ("input_word_ids", "input_mask", "input_type_ids")]
+  predicted = []
+  t0 = time.time()
+  with torch.inference_mode():
+    for i in range(0, len(examples), batch_size):
+      ids, mask, types = (a[i:i + batch_size] for a in arrays)
+      predicted += model(input_ids=ids, attention_mask=mask,
+                         token_type_ids=types).logits.argmax(-1).tolist()
+  seconds = time.time() - t0
+  names = model.config.id2label
+  right = sum(names[p] == e.label for p, e in zip(predicted, examples))
+  return right / len(examples), seconds
 
 
 def parse_args(argv=None):
@@ -69,34 +118,46 @@ def parse_args(argv=None):
   parser.add_argument("--batch_size", type=int, default=16)
   parser.add_argument("--learning_rate", type=float, default=1e-3)
   parser.add_argument("--seeds", default="12345,1,2")
+  parser.add_argument("--hf_max_seq_length", type=int, default=512,
+                      help="Hugging Face's side: the dev documents "
+                      "truncated to this many pieces (0: no HF side)")
   return parser.parse_args(argv)
 
 
 def main():
   args = parse_args()
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # HF's side loads TF
   from tools import long_document_task  # pylint: disable=g-import-not-at-top
   data = os.path.join(args.work_dir, "task")
-  # Train from the short documents, dev from the long ones.
+  # Train from the short documents, dev (and test: the same texts,
+  # unlabelled, for ours' prediction timing) from the long ones.
   long_document_task.write_task(data, args.train, 0, 2,
                                 args.train_doc_pieces, args.seed)
   long_task = os.path.join(args.work_dir, "long")
-  long_document_task.write_task(long_task, 0, args.dev, 0, args.doc_pieces,
-                                args.seed)
-  os.replace(os.path.join(long_task, "dev.tsv"),
-             os.path.join(data, "dev.tsv"))
+  splits = long_document_task.write_task(long_task, 0, args.dev, 0,
+                                         args.doc_pieces, args.seed)
+  dev_tsv = os.path.join(data, "dev.tsv")
+  os.replace(os.path.join(long_task, "dev.tsv"), dev_tsv)
+  with open(os.path.join(data, "test.tsv"), "w", encoding="utf-8") as f:
+    f.write("sentence\n")
+    f.writelines(f"{text}\n" for text, _ in splits["dev"])
   config = os.path.join(args.work_dir, "bert_config.json")
-  _tiny_config(config, args.max_seq_length)
+  hf_length = args.hf_max_seq_length
+  _tiny_config(config, max(args.max_seq_length, hf_length))
   common = [f"--task_data_dir={data}", f"--bert_config_file={config}",
             f"--vocab_file={VOCAB}", f"--max_seq_length={args.max_seq_length}"]
-  print("seed  train s  max  mean  truncated")
-  table = []
+  print("seed  train s  max  mean  truncated" + (
+      f"  | ms/doc ours  HF@{hf_length} acc  ms/doc  HF/ours" if hf_length
+      else ""), flush=True)
+  table, per_doc = [], []
   for seed in args.seeds.split(","):
     out = os.path.join(args.work_dir, f"seed{seed}")
-    seconds = _run(common + [
-        f"--output_dir={out}", "--do_train", "--do_eval",
+    seconds, log = _run(common + [
+        f"--output_dir={out}", "--do_train", "--do_eval", "--do_predict",
         f"--doc_stride={args.doc_stride}", "--window_aggregation=max",
         f"--num_train_epochs={args.epochs}",
         f"--train_batch_size={args.batch_size}",
+        f"--predict_batch_size={args.batch_size}",
         f"--learning_rate={args.learning_rate}", f"--seed={seed}"])
     row = [_accuracy(out)]
     _run(common + [f"--output_dir={out}", "--do_eval",
@@ -105,11 +166,46 @@ def main():
     row.append(_accuracy(out))
     _run(common + [f"--output_dir={out}", "--do_eval"])
     row.append(_accuracy(out))
+    line = f"{seed:>5} {seconds:8.0f}  " + "  ".join(f"{a:.3f}" for a in row)
+    if hf_length:
+      # Ours: the program's own clocks (training: "Trained steps ... in
+      # X s", the tracing step included; prediction: every window of the
+      # dev documents, combined).
+      train_s = float(re.search(r"Trained steps \d+\.\.\d+ .* in ([0-9.]+) s",
+                                log).group(1))
+      n, predict_s = re.search(r"(\d+) test predictions in ([0-9.]+) s",
+                               log).groups()
+      hf_dir = os.path.join(args.work_dir, f"seed{seed}_hf")
+      shutil.rmtree(hf_dir, ignore_errors=True)
+      _run(["--format=huggingface", f"--bert_config_file={config}",
+            f"--init_checkpoint={out}", f"--vocab_file={VOCAB}",
+            f"--export_dir={hf_dir}"], "export.export_checkpoint")
+      hf_accuracy, hf_s = _hf_at(hf_dir, dev_tsv, hf_length, args.batch_size)
+      ours_ms = 1000 * float(predict_s) / int(n)
+      hf_ms = 1000 * hf_s / args.dev
+      per_doc.append((ours_ms, hf_ms, 1000 * train_s / args.train))
+      row.append(hf_accuracy)
+      line += (f"  | {ours_ms:11.1f}  {hf_accuracy:10.3f}  {hf_ms:6.1f}  "
+               f"{hf_ms / ours_ms:6.2f}x")
     table.append(row)
-    print(f"{seed:>5} {seconds:8.0f}  " + "  ".join(f"{a:.3f}" for a in row),
-          flush=True)
+    print(line, flush=True)
   means = [sum(column) / len(table) for column in zip(*table)]
-  print("mean           " + "  ".join(f"{a:.3f}" for a in means))
+  print("mean           " + "  ".join(f"{a:.3f}" for a in means[:3]),
+        flush=True)
+  if hf_length:
+    ours_ms, hf_ms, train_ms = (sorted(c)[len(c) // 2] for c in zip(*per_doc))
+    _, inside = long_document_task.rows(args.dev, args.doc_pieces,
+                                        args.seed + 1, hf_length - 2)
+    print(f"per dev document (medians over seeds): ours --doc_stride="
+          f"{args.doc_stride} windows of {args.max_seq_length} "
+          f"{ours_ms:.1f} ms (max accuracy {means[0]:.3f}), HF truncated at "
+          f"{hf_length} {hf_ms:.1f} ms (accuracy {means[3]:.3f}; "
+          f"{inside} of {args.dev} hold the key sentence in their first "
+          f"{hf_length - 2} pieces: a truncating reader can reach "
+          f"{(inside + (args.dev - inside) / 2) / args.dev:.3f}); "
+          f"HF/ours time {hf_ms / ours_ms:.2f}x. Ours' training: "
+          f"{train_ms:.1f} ms per training document of ~"
+          f"{args.train_doc_pieces} pieces", flush=True)
 
 
 if __name__ == "__main__":
