@@ -85,12 +85,19 @@ def read_rows(path, wanted):
     raise ValueError(f"{path} is empty: it needs "
                      + ("a header row and " if not path.endswith(".jsonl")
                         else "") + "at least one example")
-  for line, row in rows:
+  rows = [(f"{path}:{line}", row) for line, row in rows]
+  check_columns(rows, wanted)
+  return rows
+
+
+def check_columns(rows, wanted):
+  """ValueError naming the first of `rows` (read_rows') that lacks a
+  column of `wanted` ({column: the flag naming it})."""
+  for where, row in rows:
     for name, flag in wanted.items():
       if name not in row:
-        raise ValueError(f"{path}:{line}: no column {name!r} (found "
+        raise ValueError(f"{where}: no column {name!r} (found "
                          f"{sorted(row)}); name the right one with {flag}")
-  return [(f"{path}:{line}", row) for line, row in rows]
 
 
 @contextlib.contextmanager

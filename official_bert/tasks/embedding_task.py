@@ -240,14 +240,13 @@ class EmbeddingTask:
     columns = {"anchor": config.anchor_column}
     if split != "test":
       columns["positive"] = config.positive_column
-    if split == "train" and config.negative_column:
-      first = classifier_data.read_rows(path, {})[0][1]
-      if config.negative_column in first:
-        columns["negative"] = config.negative_column
-        self.roles = ROLES
-    flags = {role: f"--{role}_column" for role in columns}
-    rows = classifier_data.read_rows(
-        path, {name: flags[role] for role, name in columns.items()})
+    rows = classifier_data.read_rows(path, {})  # the file, read once
+    if (split == "train" and config.negative_column and
+        config.negative_column in rows[0][1]):
+      columns["negative"] = config.negative_column
+      self.roles = ROLES
+    classifier_data.check_columns(
+        rows, {name: f"--{role}_column" for role, name in columns.items()})
     texts = {role: [] for role in columns}
     for where, row in rows:
       for role, name in columns.items():
