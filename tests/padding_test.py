@@ -38,8 +38,11 @@ def test_cut_batch_cuts_inputs_and_token_labels_only():
   inputs = _inputs()
   token_labels = np.full((3, SEQ), -1, np.int32)
   token_labels[:, :3] = 1
+  # A multi-label task with as many labels as positions: 0/1 float rows.
+  label_rows = np.zeros((3, SEQ), np.float32)
+  label_rows[:, -1] = 1.0
   labels = {"start_positions": np.array([1, 8, 2], np.int32),
-            "tokens": token_labels}
+            "tokens": token_labels, "label_rows": label_rows}
   cut, cut_labels = padding.cut_batch(
       tf.nest.map_structure(tf.constant, inputs),
       tf.nest.map_structure(tf.constant, labels), multiple=4)
@@ -49,6 +52,7 @@ def test_cut_batch_cuts_inputs_and_token_labels_only():
                                 token_labels[:, :12])
   np.testing.assert_array_equal(cut_labels["start_positions"].numpy(),
                                 labels["start_positions"])
+  np.testing.assert_array_equal(cut_labels["label_rows"].numpy(), label_rows)
 
 
 def _model(kind, kernels):

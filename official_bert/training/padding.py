@@ -11,9 +11,10 @@ sees [B, L] with L <= T:
 Results are unchanged: the encoder masks padding out of attention, so an
 example's outputs at its own positions do not depend on how much padding
 follows it (tests/padding_test.py checks the logits, the loss and the
-gradients). Token-level labels ([B, T], e.g. NER tags; -1 past the tokens)
+gradients). Token-level labels (integer [B, T], e.g. NER tags; -1 past the tokens)
 are cut alike; per-example labels (classes, SQuAD's start/end positions,
-which lie inside the example) pass through.
+which lie inside the example, a multi-label task's 0/1 float rows [B, C]
+even where C = T) pass through.
 
 Buckets, not exact lengths: without XLA the step is traced once with an
 unknown length and any L costs no retrace; with XLA (--jit_compile) each
@@ -49,8 +50,9 @@ def batch_length(mask, multiple):
 def cut_batch(inputs, labels=None, multiple=8):
   """(inputs, labels) of a batch cut to `batch_length`.
 
-  Every input [B, T] is cut to [B, L]; a label is cut when its static shape
-  is [B, T, ...] with the inputs' static T (token-level labels). With
+  Every input [B, T] is cut to [B, L]; a label is cut when it is integer
+  with static shape [B, T, ...], the inputs' static T (token-level labels;
+  multi-label rows are float, so C labels = T positions pass through). With
   `labels` None returns the inputs alone. Several texts per example (run
   embedding's `anchor_input_mask`, `positive_input_mask`, ...): L fits the
   longest text of every mask.
@@ -64,7 +66,8 @@ def cut_batch(inputs, labels=None, multiple=8):
     return cut
 
   def cut_label(label):
-    if label.shape.rank >= 2 and full is not None and label.shape[1] == full:
+    if (label.dtype.is_integer and label.shape.rank >= 2
+        and full is not None and label.shape[1] == full):
       return label[:, :length]
     return label
   return cut, tf.nest.map_structure(cut_label, labels)
