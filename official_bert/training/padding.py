@@ -11,10 +11,10 @@ sees [B, L] with L <= T:
 Results are unchanged: the encoder masks padding out of attention, so an
 example's outputs at its own positions do not depend on how much padding
 follows it (tests/padding_test.py checks the logits, the loss and the
-gradients). Token-level labels (integer [B, T], e.g. NER tags; -1 past the tokens)
-are cut alike; per-example labels (classes, SQuAD's start/end positions,
-which lie inside the example, a multi-label task's 0/1 float rows [B, C]
-even where C = T) pass through.
+gradients). Token-level labels (integer [B, T], e.g. NER tags; -1 past the
+tokens) are cut alike; per-example labels (classes, SQuAD's start/end
+positions, which lie inside the example, a multi-label task's 0/1 float rows
+[B, C] even where C = T) pass through.
 
 Buckets, not exact lengths: without XLA the step is traced once with an
 unknown length and any L costs no retrace; with XLA (--jit_compile) each
