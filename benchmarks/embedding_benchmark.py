@@ -1,7 +1,7 @@
 """Sentence embeddings: run_embedding vs sentence-transformers, in turns.
 
 The same starting weights (a BERT initialised at random in Hugging Face,
-L6 H384 A6 I1536 by default, converted to ours with convert_checkpoint and
+L6 H384 A6 I1536 by default, or --hf_model's pretrained one, converted to ours with convert_checkpoint and
 written for sentence-transformers by `export_checkpoint
 --format=sentence_transformers`: mean pooling), the same pairs
 (tools/retrieval_task.py: sentences of the Python docs and their
@@ -57,6 +57,10 @@ def define_flags():
                       "runs go (kept; a rerun reuses the weights).")
   flags.DEFINE_enum("size", "small", ["tiny", "small"], "small: L6 H384 A6 "
                     "I1536; tiny: L2 H128 A2 I512.")
+  flags.DEFINE_string("hf_model", None, "Start both sides from this Hugging "
+                      "Face BERT directory (e.g. the pretrained one "
+                      "finetuning_quality --stage=hf writes to W/hf_model) "
+                      "instead of a --size BERT from random weights.")
   flags.DEFINE_integer("train_pairs", 2048, "Training pairs (a multiple of "
                        "the batch: the same steps both ways).")
   flags.DEFINE_integer("dev_pairs", 500, "Dev pairs (the retrieval pool).")
@@ -77,22 +81,35 @@ def _program(args):
 
 
 def prepare(work):
-  """The task (W/task), the random start in our format (W/start) and for
-  sentence-transformers (W/start_st)."""
+  """(the task's rows, what the start is): the task (W/task), the start
+  (--hf_model, or a --size BERT from random weights) in our format
+  (W/start) and for sentence-transformers (W/start_st)."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from tools import retrieval_task  # pylint: disable=g-import-not-at-top
   rows = retrieval_task.write_task(os.path.join(work, "task"),
                                    FLAGS.train_pairs, FLAGS.dev_pairs, 8,
                                    FLAGS.seed)
-  if not os.path.exists(os.path.join(work, "start_st")):
-    layers, hidden, heads, intermediate = SIZES[FLAGS.size]
-    torch.manual_seed(FLAGS.seed)
-    hf_dir = os.path.join(work, "hf_start")
-    transformers.BertModel(transformers.BertConfig(
-        vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, intermediate_size=intermediate)
-                          ).save_pretrained(hf_dir)
+  # The start is made again when what it is made from changed.
+  source = (os.path.abspath(FLAGS.hf_model) if FLAGS.hf_model
+            else f"{FLAGS.size} {SIZES[FLAGS.size]} seed {FLAGS.seed}")
+  marker = os.path.join(work, "start_st", "made_from.txt")
+  made_from = None
+  if os.path.exists(marker):
+    with open(marker, encoding="utf-8") as f:
+      made_from = f.read()
+  if made_from != source:
+    for old in ("start", "start_st"):
+      shutil.rmtree(os.path.join(work, old), ignore_errors=True)
+    hf_dir = FLAGS.hf_model
+    if not hf_dir:
+      layers, hidden, heads, intermediate = SIZES[FLAGS.size]
+      torch.manual_seed(FLAGS.seed)
+      hf_dir = os.path.join(work, "hf_start")
+      transformers.BertModel(transformers.BertConfig(
+          vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
+          num_attention_heads=heads, intermediate_size=intermediate)
+                            ).save_pretrained(hf_dir)
     _program(["official_bert.convert_checkpoint", f"--source={hf_dir}",
               f"--output_dir={work}/start", f"--vocab_file={VOCAB}"])
     _program(["export.export_checkpoint", "--format=sentence_transformers",
@@ -100,7 +117,9 @@ def prepare(work):
               f"--init_checkpoint={work}/start", f"--vocab_file={VOCAB}",
               f"--max_seq_length={FLAGS.seq_length}",
               f"--export_dir={work}/start_st"])
-  return rows
+    with open(marker, "w", encoding="utf-8") as f:
+      f.write(source)
+  return rows, source
 
 
 def ours(work, turn):
@@ -168,9 +187,10 @@ def main(argv):
   import torch  # pylint: disable=g-import-not-at-top
   work = FLAGS.work_dir
   os.makedirs(work, exist_ok=True)
-  rows = prepare(work)
-  print(f"embeddings: {FLAGS.size} BERT {SIZES[FLAGS.size]} from random "
-        f"weights, {FLAGS.train_pairs} train pairs with a hard negative, "
+  rows, source = prepare(work)
+  print(f"embeddings: BERT {source}"
+        f"{'' if FLAGS.hf_model else ' from random weights'}, "
+        f"{FLAGS.train_pairs} train pairs with a hard negative, "
         f"{FLAGS.dev_pairs} dev pairs, batch {FLAGS.batch_size}, lr {FLAGS.learning_rate}, "
         f"{FLAGS.epochs} epochs, seq {FLAGS.seq_length}; torch "
         f"{torch.get_num_threads()} threads, {os.cpu_count()} cores",

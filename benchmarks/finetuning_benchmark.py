@@ -1,7 +1,7 @@
 """Fine-tuning: official_bert's programs vs Hugging Face `Trainer`, in turns.
 
 The same weights (a BERT initialised at random in Hugging Face, 6 layers,
-H384, A6, I1536 by default, converted to ours with convert_checkpoint), the
+H384, A6, I1536 by default, or --hf_model's pretrained one, converted to ours with convert_checkpoint), the
 same token ids (our tokenizer, the same vocab), the same hyperparameters
 (batch 32, learning rate, epochs, warmup 10%, weight decay 0.01, clipping
 1.0, dropout 0.1, seed), on three tasks:
@@ -61,6 +61,11 @@ flags.DEFINE_enum("model", "small", ["small", "base", "tiny"], "small: L6 "
                   "H384 A6 I1536; base: BERT-Base (L12 H768 A12 I3072); "
                   "tiny: BERT-Tiny (L2 H128 A2 I512), cheap enough to learn "
                   "topics from random weights (1,024 steps).")
+flags.DEFINE_string("hf_model", None, "Start both sides from this Hugging "
+                    "Face BERT directory (e.g. the pretrained one "
+                    "finetuning_quality --stage=hf writes to W/hf_model; it "
+                    "needs a vocab.txt, else BERT's uncased vocab is copied "
+                    "in) instead of a --model from random weights.")
 flags.DEFINE_integer("train_examples", 2048, "Training examples of short "
                      "and topics (a multiple of 32: the same steps both "
                      "ways).")
@@ -319,18 +324,24 @@ def main(argv):
   work = tempfile.mkdtemp(prefix="finetuning_benchmark_")
   try:
     hf_dir = os.path.join(work, "hf")
-    torch.manual_seed(FLAGS.seed)
-    config = BertConfig(vocab_size=30522, max_position_embeddings=512,
-                        **SIZES[FLAGS.model])
-    BertForPreTraining(config).save_pretrained(hf_dir)
-    shutil.copy(vocab, os.path.join(hf_dir, "vocab.txt"))
+    if FLAGS.hf_model:
+      shutil.copytree(FLAGS.hf_model, hf_dir)
+      size = "pretrained " + FLAGS.hf_model
+    else:
+      torch.manual_seed(FLAGS.seed)
+      config = BertConfig(vocab_size=30522, max_position_embeddings=512,
+                          **SIZES[FLAGS.model])
+      BertForPreTraining(config).save_pretrained(hf_dir)
+      size = f"{FLAGS.model} ({SIZES[FLAGS.model]}) from random weights"
+    if not os.path.exists(os.path.join(hf_dir, "vocab.txt")):
+      shutil.copy(vocab, os.path.join(hf_dir, "vocab.txt"))
     subprocess.run([sys.executable, "-m", "official_bert.convert_checkpoint",
                     f"--source={hf_dir}", f"--output_dir={work}/ours"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     tokenizer = tokenization.FullTokenizer(vocab, True)
     collator = DataCollatorWithPadding(BertTokenizerFast(vocab_file=vocab))
-    print(f"model {FLAGS.model} ({SIZES[FLAGS.model]}), torch "
+    print(f"model {size}, torch "
           f"{torch.get_num_threads()} threads, {os.cpu_count()} cores, "
           f"lr {FLAGS.learning_rate}, {FLAGS.epochs} epochs, batch "
           f"{FLAGS.batch_size}, ours_flags {FLAGS.ours_flags}", flush=True)
