@@ -19,7 +19,21 @@ at chance, and on 48-piece ones with windows of 32 it learned for 1 seed of
 
 The model is a 2-layer H32 BERT from random weights (the tests' tiny
 config with BERT's uncased vocab), so the figures measure the windows, not
-pretraining.
+pretraining. With --hf_model (a pretrained Hugging Face BERT directory, e.g.
+finetuning_quality --stage=hf's W/hf_model) both sides start from it
+instead, as a user's run would:
+
+    python -m benchmarks.long_document_benchmark --work_dir=/tmp/long_pre \\
+      --hf_model=/tmp/q/hf_model --max_seq_length=128 --doc_stride=64 \\
+      --train=800 --train_doc_pieces=256 --learning_rate=5e-5 --epochs=3 \\
+      --batch_size=32
+
+and --size=bert_tiny draws such a start from random weights (BERT-Tiny,
+L2 H128): windows of 128 that learn on 2 cores in about a minute a seed,
+
+    python -m benchmarks.long_document_benchmark --work_dir=/tmp/long_128 \\
+      --size=bert_tiny --max_seq_length=128 --doc_stride=64 --train=800 \\
+      --train_doc_pieces=256 --learning_rate=3e-4 --epochs=6 --batch_size=32
 
 Against Hugging Face at 512 (--hf_max_seq_length, 0 to skip): each seed's
 fine-tuned checkpoint is exported with `export.export_checkpoint
@@ -34,7 +48,10 @@ the first 510 pieces can reach (key sentence inside: right; else a coin).
 Its positions past --max_seq_length are untrained (ours never sees them),
 so HF's accuracy is that of our weights read at 512, not of a model
 fine-tuned at 512; the config then has max(--max_seq_length, 512)
-position embeddings.
+position embeddings. With --hf_model, HF's side is `Trainer` fine-tuning
+the same start on the training documents cut to their first 512 pieces
+(same epochs, batch, learning rate, seed; warmup 10%, weight decay 0.01),
+and its training ms per document is printed too.
 """
 
 import argparse
@@ -59,6 +76,21 @@ def _tiny_config(path, max_positions):
       initializer_range=0.02).to_json_file(path)
 
 
+def _bert_tiny(path, max_positions):
+  """A Hugging Face BERT-Tiny (L2 H128 A2 I512) from random weights (torch
+  seed 12345) with BERT's uncased vocab, in `path` (made once)."""
+  if not os.path.exists(os.path.join(path, "vocab.txt")):
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+    torch.manual_seed(12345)
+    transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=30522, hidden_size=128, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=512,
+        max_position_embeddings=max_positions)).save_pretrained(path)
+    shutil.copy(VOCAB, os.path.join(path, "vocab.txt"))
+  return path
+
+
 def _run(args, program="official_bert.run_classifier"):
   """(wall seconds, the program's output)."""
   t0 = time.time()
@@ -77,19 +109,62 @@ def _accuracy(output_dir):
         "eval_accuracy"])
 
 
-def _hf_at(export_dir, dev_tsv, max_seq_length, batch_size):
-  """(dev accuracy, seconds) of the HF export reading each dev document's
-  first `max_seq_length` pieces (our tokenizer's ids, encoded first)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import torch  # pylint: disable=g-import-not-at-top
-  from transformers import BertForSequenceClassification  # pylint: disable=g-import-not-at-top
+def _encoded(tsv, max_seq_length):
+  """(examples, our encoded arrays) of `tsv`, each text cut to its first
+  `max_seq_length` pieces."""
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
   examples = classifier_data.read_examples(
-      dev_tsv, classifier_data.Columns("sentence", None, "label"))
-  inputs = classifier_data.encode(
+      tsv, classifier_data.Columns("sentence", None, "label"))
+  return examples, classifier_data.encode(
       examples, tokenization.FullTokenizer(VOCAB, True), max_seq_length)
-  model = BertForSequenceClassification.from_pretrained(export_dir).eval()
+
+
+def _hf_trainer(args, train_tsv, max_seq_length, seed, output_dir):
+  """(model, training seconds): `Trainer` fine-tuning --hf_model on the
+  training documents cut to `max_seq_length` (our ids), with our side's
+  epochs, batch, learning rate and seed (warmup 10%, weight decay 0.01,
+  clipping 1.0, as ours; its other defaults)."""
+  import math  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, ROOT)
+  from tools import short_task  # pylint: disable=g-import-not-at-top
+  examples, inputs = _encoded(train_tsv, max_seq_length)
+  names = sorted({e.label for e in examples})
+  transformers.set_seed(seed)
+  model = transformers.BertForSequenceClassification.from_pretrained(
+      args.hf_model, num_labels=len(names),
+      id2label=dict(enumerate(names)))
+  features = short_task.hf_features(
+      inputs, {"labels": [names.index(e.label) for e in examples]})
+  steps = math.ceil(len(features) / args.batch_size) * args.epochs
+  trainer = transformers.Trainer(
+      model=model, train_dataset=features,
+      data_collator=transformers.DataCollatorWithPadding(
+          transformers.BertTokenizerFast(vocab_file=VOCAB)),
+      args=transformers.TrainingArguments(
+          output_dir=output_dir, report_to=[],
+          per_device_train_batch_size=args.batch_size,
+          learning_rate=args.learning_rate, num_train_epochs=args.epochs,
+          warmup_steps=int(steps * 0.1), weight_decay=0.01,
+          max_grad_norm=1.0, seed=seed, save_strategy="no",
+          logging_strategy="no", disable_tqdm=True, use_cpu=True))
+  t0 = time.time()
+  trainer.train()
+  return model, time.time() - t0
+
+
+def _hf_at(model, dev_tsv, max_seq_length, batch_size):
+  """(dev accuracy, seconds) of an HF classifier (or the directory of one)
+  reading each dev document's first `max_seq_length` pieces (our
+  tokenizer's ids, encoded first)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import BertForSequenceClassification  # pylint: disable=g-import-not-at-top
+  examples, inputs = _encoded(dev_tsv, max_seq_length)
+  if isinstance(model, str):
+    model = BertForSequenceClassification.from_pretrained(model)
+  model.eval()
   arrays = [torch.from_numpy(np.asarray(inputs[k], np.int64)) for k in
             ("input_word_ids", "input_mask", "input_type_ids")]
   predicted = []
@@ -118,6 +193,19 @@ def parse_args(argv=None):
   parser.add_argument("--batch_size", type=int, default=16)
   parser.add_argument("--learning_rate", type=float, default=1e-3)
   parser.add_argument("--seeds", default="12345,1,2")
+  parser.add_argument("--size", default="h32", choices=["h32", "bert_tiny"],
+                      help="the model from random weights when no "
+                      "--hf_model: h32 (2 layers, H32, ours only; HF reads "
+                      "our fine-tuned weights) or bert_tiny (L2 H128 A2 "
+                      "I512, drawn in Hugging Face with seed 12345, so "
+                      "both sides fine-tune it as they would --hf_model)")
+  parser.add_argument("--hf_model", default=None,
+                      help="start both sides from this pretrained Hugging "
+                      "Face BERT directory (e.g. finetuning_quality "
+                      "--stage=hf's W/hf_model) instead of the tiny model "
+                      "from random weights; Hugging Face's side is then "
+                      "`Trainer` fine-tuned on the training documents "
+                      "truncated to --hf_max_seq_length")
   parser.add_argument("--hf_max_seq_length", type=int, default=512,
                       help="Hugging Face's side: the dev documents "
                       "truncated to this many pieces (0: no HF side)")
@@ -141,15 +229,27 @@ def main():
   with open(os.path.join(data, "test.tsv"), "w", encoding="utf-8") as f:
     f.write("sentence\n")
     f.writelines(f"{text}\n" for text, _ in splits["dev"])
-  config = os.path.join(args.work_dir, "bert_config.json")
   hf_length = args.hf_max_seq_length
-  _tiny_config(config, max(args.max_seq_length, hf_length))
+  if args.size == "bert_tiny" and not args.hf_model:
+    args.hf_model = _bert_tiny(os.path.join(args.work_dir, "bert_tiny_hf"),
+                               max(args.max_seq_length, hf_length))
+  if args.hf_model:
+    start = os.path.join(args.work_dir, "start")
+    if not os.path.exists(os.path.join(start, "checkpoint")):
+      _run([f"--source={args.hf_model}", f"--output_dir={start}"],
+           "official_bert.convert_checkpoint")
+    config = os.path.join(start, "bert_config.json")
+    init = [f"--init_checkpoint={start}"]
+  else:
+    config = os.path.join(args.work_dir, "bert_config.json")
+    _tiny_config(config, max(args.max_seq_length, hf_length))
+    init = []
   common = [f"--task_data_dir={data}", f"--bert_config_file={config}",
             f"--vocab_file={VOCAB}", f"--max_seq_length={args.max_seq_length}"]
   print("seed  train s  max  mean  truncated" + (
       f"  | ms/doc ours  HF@{hf_length} acc  ms/doc  HF/ours" if hf_length
       else ""), flush=True)
-  table, per_doc = [], []
+  table, per_doc, hf_train = [], [], []
   for seed in args.seeds.split(","):
     out = os.path.join(args.work_dir, f"seed{seed}")
     seconds, log = _run(common + [
@@ -158,7 +258,7 @@ def main():
         f"--num_train_epochs={args.epochs}",
         f"--train_batch_size={args.batch_size}",
         f"--predict_batch_size={args.batch_size}",
-        f"--learning_rate={args.learning_rate}", f"--seed={seed}"])
+        f"--learning_rate={args.learning_rate}", f"--seed={seed}"] + init)
     row = [_accuracy(out)]
     _run(common + [f"--output_dir={out}", "--do_eval",
                    f"--doc_stride={args.doc_stride}",
@@ -175,12 +275,18 @@ def main():
                                 log).group(1))
       n, predict_s = re.search(r"(\d+) test predictions in ([0-9.]+) s",
                                log).groups()
-      hf_dir = os.path.join(args.work_dir, f"seed{seed}_hf")
-      shutil.rmtree(hf_dir, ignore_errors=True)
-      _run(["--format=huggingface", f"--bert_config_file={config}",
-            f"--init_checkpoint={out}", f"--vocab_file={VOCAB}",
-            f"--export_dir={hf_dir}"], "export.export_checkpoint")
-      hf_accuracy, hf_s = _hf_at(hf_dir, dev_tsv, hf_length, args.batch_size)
+      if args.hf_model:
+        model, hf_train_s = _hf_trainer(
+            args, os.path.join(data, "train.tsv"), hf_length, int(seed),
+            os.path.join(args.work_dir, f"seed{seed}_hf_out"))
+        hf_train.append(1000 * hf_train_s / args.train)
+      else:
+        model = os.path.join(args.work_dir, f"seed{seed}_hf")
+        shutil.rmtree(model, ignore_errors=True)
+        _run(["--format=huggingface", f"--bert_config_file={config}",
+              f"--init_checkpoint={out}", f"--vocab_file={VOCAB}",
+              f"--export_dir={model}"], "export.export_checkpoint")
+      hf_accuracy, hf_s = _hf_at(model, dev_tsv, hf_length, args.batch_size)
       ours_ms = 1000 * float(predict_s) / int(n)
       hf_ms = 1000 * hf_s / args.dev
       per_doc.append((ours_ms, hf_ms, 1000 * train_s / args.train))
@@ -205,7 +311,10 @@ def main():
           f"{(inside + (args.dev - inside) / 2) / args.dev:.3f}); "
           f"HF/ours time {hf_ms / ours_ms:.2f}x. Ours' training: "
           f"{train_ms:.1f} ms per training document of ~"
-          f"{args.train_doc_pieces} pieces", flush=True)
+          f"{args.train_doc_pieces} pieces" + (
+              f"; HF Trainer's at {hf_length}: "
+              f"{sorted(hf_train)[len(hf_train) // 2]:.1f} ms"
+              if hf_train else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,9 @@ BLOCKS = {
         "--doc_pieces=800": "long documents",
         "python -m benchmarks.long_document_benchmark "
         "--work_dir=/tmp/long_docs_benchmark": "long document benchmark",
+        "python -m benchmarks.long_document_benchmark "
+        "--work_dir=/tmp/long_128 --size=bert_tiny \\":
+            "long document benchmark at 128",
         "python -m tools.retrieval_task --out_dir=/tmp/pairs --train=2000 "
         "--dev=500": "sentence embeddings",
         "python -m benchmarks.embedding_benchmark "
@@ -346,6 +349,11 @@ FLAGS_CHECKED_BLOCKS = {
         "test_windows_learn_beat_truncation_and_export_one_row_per_text: "
         "the same training, windows and evaluations on the same task's "
         "documents (the benchmark trains three models: minutes)"),
+    "long document benchmark at 128": (
+        "tests/long_document_test.py::"
+        "test_windows_learn_beat_truncation_and_export_one_row_per_text: "
+        "the same windows; this run's Hugging Face side fine-tunes at 512 "
+        "(three seeds of both sides: minutes)"),
     "sentence embeddings": (
         "tests/embedding_test.py::"
         "test_trains_exports_and_sentence_transformers_encode_agrees: "
@@ -1077,6 +1085,8 @@ def test_long_documents_block_flags(world):
 def test_long_document_benchmark_block_flags(world):
   (command,) = _check_flags("long document benchmark", world)
   assert "--work_dir=" in command
+  (command,) = _check_flags("long document benchmark at 128", world)
+  assert "--size=bert_tiny" in command and "--max_seq_length=128" in command
 
 
 def test_sentence_embeddings_block_flags(world):
