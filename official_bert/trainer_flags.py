@@ -13,7 +13,7 @@ defaults where the programs differ on purpose:
   --steps_per_loop      pretraining 1000 (the original's
                         iterations_per_loop), fine-tuning 100 (short runs
                         print more often)
-  --max_grad_norm, --weight_decay, --seed
+  --max_grad_norm, --weight_decay, --adam_epsilon, --seed
   --keep_checkpoint_max pretraining 5, fine-tuning 2
   and google-research/bert's TPU flags (`tpu_flags`).
 
@@ -81,6 +81,12 @@ def define(steps_per_loop, keep_checkpoint_max, flag_values=flags.FLAGS):
   flags.DEFINE_float("weight_decay", 0.01,
                      "Decoupled weight decay (not on LayerNorm and biases).",
                      flag_values=fv)
+  flags.DEFINE_float("adam_epsilon", 1e-6,
+                     "Adam's epsilon, added to the square root of the "
+                     "second moment before any bias correction (the "
+                     "original's 1e-6; torch's AdamW adds its 1e-8 after "
+                     "it, so 1e-8 here is closer to Hugging Face's "
+                     "default).", flag_values=fv)
   flags.DEFINE_integer("keep_checkpoint_max", keep_checkpoint_max,
                        "Checkpoints kept in --output_dir.", flag_values=fv)
   flags.DEFINE_integer("seed", 12345,
@@ -174,7 +180,7 @@ def driver_config(flag_values, program_flags, **fields):
            "learning_rate", "save_checkpoints_steps", "distribution_strategy",
            "num_gpus", "num_cpu_devices", "tpu", "mixed_precision",
            "jit_compile", "kernels", "seed", "optimizer", "weight_decay",
-           "max_grad_norm", "steps_per_loop", "keep_checkpoint_max")
+           "adam_epsilon", "max_grad_norm", "steps_per_loop", "keep_checkpoint_max")
   values = {name: fv[name].value for name in names}
   resolver = tpu_flags.resolver_args(fv)
   return driver.DriverConfig(

@@ -161,7 +161,8 @@ def test_trainer_flags_become_the_config_field_by_field():
       distribution_strategy="mirrored", num_gpus=0, num_cpu_devices=3,
       tpu="grpc://x", mixed_precision="mixed_bfloat16", jit_compile=True,
       kernels="fast", seed=5, optimizer="lamb", weight_decay=0.2,
-      max_grad_norm=0.3, steps_per_loop=9, keep_checkpoint_max=4)
+      adam_epsilon=1e-8, max_grad_norm=0.3, steps_per_loop=9,
+      keep_checkpoint_max=4)
   values(["program", "--tpu_zone=z", "--gcp_project=p"]
          + [f"--{k}={v}" for k, v in given.items()])
   config = trainer_flags.driver_config(values, {"own": 1},

@@ -114,6 +114,19 @@ def test_hyperparameters_and_loss_scaling():
   assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (
       0.9, 0.999, 1e-6)
   assert optimizer.weight_decay == 0.01
+  # --adam_epsilon reaches the update, fused kernels included: on the first
+  # step m = 0.1 g and sqrt(v) = sqrt(0.001) g, so a gradient of 1e-6 moves
+  # a weight by lr * 1e-7 / (3.16e-8 + epsilon): 25x less at 1e-6.
+  moved = {}
+  for epsilon in (1e-6, 1e-8):
+    weight = keras.Variable(np.zeros((2,), "float32"))
+    opt = optimization.create_optimizer("adamw", 1e-2, 10, 0, epsilon=epsilon)
+    assert opt.epsilon == epsilon
+    opt.apply([np.full((2,), 1e-6, "float32")], [weight])
+    moved[epsilon] = -float(np.asarray(weight)[0])
+  for epsilon, distance in moved.items():
+    assert distance == pytest.approx(
+        1e-2 * 1e-7 / (np.sqrt(1e-3) * 1e-6 + epsilon), rel=1e-3), epsilon
   scaled = optimization.create_optimizer("lamb", 1e-4, 100, 10,
                                          mixed_precision="mixed_float16")
   assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)

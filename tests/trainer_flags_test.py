@@ -11,6 +11,7 @@ from tests import testing
 TRAINER_FLAGS = ("distribution_strategy", "num_gpus", "num_cpu_devices", "tpu",
                  "mixed_precision", "optimizer", "jit_compile", "kernels",
                  "steps_per_loop", "max_grad_norm", "weight_decay",
+                 "adam_epsilon",
                  "keep_checkpoint_max", "seed")
 
 

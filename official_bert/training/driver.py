@@ -47,8 +47,8 @@ class DriverConfig:
     gcp_project: the tf.distribute strategy (training/distribution.py).
   mixed_precision, jit_compile, kernels, seed: precision policy, XLA, the
     model's kernels (modeling/kernels.py), the weights' and data's seed.
-  optimizer, learning_rate, weight_decay, max_grad_norm: the update
-    (training/optimization.py; max_grad_norm 0 = no clipping).
+  optimizer, learning_rate, weight_decay, adam_epsilon, max_grad_norm: the
+    update (training/optimization.py; max_grad_norm 0 = no clipping).
   steps_per_loop, save_checkpoints_steps, keep_checkpoint_max,
     gradient_accumulation_steps: the loop (training/trainer.py).
   init_checkpoint: warm-start weights, when output_dir holds no checkpoint.
@@ -78,6 +78,7 @@ class DriverConfig:
   optimizer: str = "adamw"
   learning_rate: float = 5e-5
   weight_decay: float = 0.01
+  adam_epsilon: float = 1e-6
   max_grad_norm: float = 1.0
   # ---- where the loop starts, its length and its checkpoints
   init_checkpoint: Optional[str] = None
@@ -167,6 +168,7 @@ class Driver:
       self.optimizer = optimization.create_optimizer(
           config.optimizer, config.learning_rate, config.num_train_steps,
           config.num_warmup_steps, weight_decay=config.weight_decay,
+          epsilon=config.adam_epsilon,
           mixed_precision=config.mixed_precision)
     self.trainer = trainer_lib.Trainer(
         self.strategy, self.model, self.optimizer, loss_fn,

@@ -178,7 +178,8 @@ class PreReducedLamb(_PreReduced, keras.optimizers.Lamb):
 
 
 def create_optimizer(name, learning_rate, num_train_steps, num_warmup_steps=0,
-                     weight_decay=0.01, mixed_precision="float32"):
+                     weight_decay=0.01, mixed_precision="float32",
+                     epsilon=1e-6):
   """BERT's optimizer with its learning-rate schedule.
 
   Args:
@@ -187,6 +188,8 @@ def create_optimizer(name, learning_rate, num_train_steps, num_warmup_steps=0,
     num_train_steps: steps to decay the rate to 0 over.
     num_warmup_steps: steps of linear warmup.
     weight_decay: decoupled weight-decay rate (0.01 in BERT).
+    epsilon: added to sqrt(v) before bias correction (1e-6 in BERT; see the
+      module docstring).
     mixed_precision: "mixed_float16" wraps the optimizer in
       `keras.optimizers.LossScaleOptimizer` (dynamic loss scaling); other
       policies need none.
@@ -202,7 +205,7 @@ def create_optimizer(name, learning_rate, num_train_steps, num_warmup_steps=0,
   cls = {"adamw": PreReducedAdamWeightDecay, "keras_adamw": PreReducedAdamW,
          "lamb": PreReducedLamb}[name]
   optimizer = cls(learning_rate=schedule, weight_decay=weight_decay,
-                  beta_1=0.9, beta_2=0.999, epsilon=1e-6, name=name)
+                  beta_1=0.9, beta_2=0.999, epsilon=epsilon, name=name)
   optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY_NAMES))
   if mixed_precision == "mixed_float16":
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
