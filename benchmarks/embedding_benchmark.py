@@ -1,10 +1,10 @@
 """Sentence embeddings: run_embedding vs sentence-transformers, in turns.
 
 The same starting weights (a BERT initialised at random in Hugging Face,
-L6 H384 A6 I1536 by default, or --hf_model's pretrained one, converted to ours with convert_checkpoint and
-written for sentence-transformers by `export_checkpoint
---format=sentence_transformers`: mean pooling), the same pairs
-(tools/retrieval_task.py: sentences of the Python docs and their
+L6 H384 A6 I1536 by default, or --hf_model's pretrained one, converted to
+ours with convert_checkpoint and written for sentence-transformers by
+`export_checkpoint --format=sentence_transformers`: mean pooling), the same
+pairs (tools/retrieval_task.py: sentences of the Python docs and their
 rewordings, another sentence of the document as the hard negative), the
 same hyperparameters (batch, learning rate, epochs, warmup 10%, weight
 decay 0.01, clipping 1.0, dropout 0.1, seed) and the same loss

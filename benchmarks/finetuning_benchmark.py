@@ -1,8 +1,8 @@
 """Fine-tuning: official_bert's programs vs Hugging Face `Trainer`, in turns.
 
 The same weights (a BERT initialised at random in Hugging Face, 6 layers,
-H384, A6, I1536 by default, or --hf_model's pretrained one, converted to ours with convert_checkpoint), the
-same token ids (our tokenizer, the same vocab), the same hyperparameters
+H384, A6, I1536 by default, or --hf_model's pretrained one, converted to
+ours with convert_checkpoint), the same token ids (our tokenizer, the same vocab), the same hyperparameters
 (batch 32, learning rate, epochs, warmup 10%, weight decay 0.01, clipping
 1.0, dropout 0.1, seed), on three tasks:
 

@@ -180,7 +180,8 @@ def driver_config(flag_values, program_flags, **fields):
            "learning_rate", "save_checkpoints_steps", "distribution_strategy",
            "num_gpus", "num_cpu_devices", "tpu", "mixed_precision",
            "jit_compile", "kernels", "seed", "optimizer", "weight_decay",
-           "adam_epsilon", "max_grad_norm", "steps_per_loop", "keep_checkpoint_max")
+           "adam_epsilon", "max_grad_norm", "steps_per_loop",
+           "keep_checkpoint_max")
   values = {name: fv[name].value for name in names}
   resolver = tpu_flags.resolver_args(fv)
   return driver.DriverConfig(
