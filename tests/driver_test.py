@@ -30,14 +30,14 @@ def _losses(labels, logits):
       labels, logits, from_logits=True))}
 
 
-def _run(output_dir, **overrides):
+def _run(output_dir, bert_config=None, **overrides):
   config = driver.DriverConfig(**{
       "output_dir": str(output_dir), "num_train_steps": 4,
       "num_warmup_steps": 1, "train_batch_size": 4, "learning_rate": 1e-2,
       "steps_per_loop": 2, "save_checkpoints_steps": 2,
       "eval_every_steps": 2, "kernels": "keras", "flags": {"task": "tiny"},
       **overrides})
-  bert_config = testing.tiny_config()
+  bert_config = bert_config or testing.tiny_config()
   # The members of a FinetuningTask (training/task.py) the Finetuner reads.
   task = types.SimpleNamespace(
       build_model=lambda bert_config, kernels: (
@@ -114,6 +114,12 @@ def test_warm_start_loads_the_encoder_and_a_bad_one_leaves_nothing(tmp_path):
   with pytest.raises(cli.Error, match="^--init_checkpoint: "):
     bad.restore_or_warm_start()
   assert not (tmp_path / "new").exists()
+  # A rerun into `first` with another model: one sentence, not a traceback.
+  other = _run(tmp_path / "first", eval_every_steps=0,
+               bert_config=testing.tiny_config(max_position_embeddings=64))
+  with pytest.raises(cli.Error, match=r"^--output_dir .*first holds ckpt-4 "
+                     r"of another model \(check bert_config_file\): .*shape"):
+    other.restore_or_warm_start()
 
 
 @pytest.mark.parametrize("accumulation, sentence", [

@@ -124,7 +124,9 @@ class TrainingCheckpoints:
     A checkpoint whose files are cut short or damaged (a copy or a disk
     that failed; TensorFlow's reader raises IndexError "Read less bytes than
     requested" or DataLossError) is passed over for the newest older one
-    that reads, with a line saying so; when none reads, one sentence.
+    that reads, with a line saying so; when none reads, one sentence. A
+    checkpoint of another model (a run whose bert_config_file or task
+    changed, rerun into the same output_dir) is one sentence too.
     """
     latest = self.latest()
     if not latest:
@@ -139,7 +141,12 @@ class TrainingCheckpoints:
         unreadable.append(f"{os.path.basename(prefix)}: "
                           f"{str(e).splitlines()[0][:60]}")
         continue
-      status.assert_existing_objects_matched()
+      except ValueError as e:  # a variable of another shape
+        raise self._another_model(prefix, e) from None
+      try:
+        status.assert_existing_objects_matched()
+      except AssertionError as e:  # a variable the checkpoint lacks
+        raise self._another_model(prefix, e) from None
       if unreadable:
         print(f"Warning: checkpoint {', '.join(unreadable)} in "
               f"{self.output_dir} is truncated or corrupt; resuming from "
@@ -151,6 +158,14 @@ class TrainingCheckpoints:
         f"Every checkpoint in --output_dir {self.output_dir} is truncated or "
         f"corrupt ({'; '.join(unreadable)}); pass a new --output_dir, or "
         "delete the ckpt-* files and the 'checkpoint' file to start over.")
+
+  def _another_model(self, prefix, error):
+    return cli.Error(
+        f"--output_dir {self.output_dir} holds {os.path.basename(prefix)} of "
+        f"another model (check bert_config_file): "
+        f"{_first_line(error).rstrip('.')}; pass "
+        "a new --output_dir, or delete the ckpt-* files and the 'checkpoint' "
+        "file to start over.")
 
   def save(self, step):
     """Writes `ckpt-<step>` (on every worker: the save is collective).
