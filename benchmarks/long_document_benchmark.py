@@ -231,13 +231,24 @@ def main():
     f.writelines(f"{text}\n" for text, _ in splits["dev"])
   hf_length = args.hf_max_seq_length
   if args.size == "bert_tiny" and not args.hf_model:
-    args.hf_model = _bert_tiny(os.path.join(args.work_dir, "bert_tiny_hf"),
-                               max(args.max_seq_length, hf_length))
+    positions = max(args.max_seq_length, hf_length)
+    args.hf_model = _bert_tiny(
+        os.path.join(args.work_dir, f"bert_tiny_hf_{positions}"), positions)
   if args.hf_model:
+    # Converted again when --hf_model (or --size's draw) changed.
     start = os.path.join(args.work_dir, "start")
-    if not os.path.exists(os.path.join(start, "checkpoint")):
+    marker = os.path.join(start, "made_from.txt")
+    source = os.path.abspath(args.hf_model)
+    made_from = None
+    if os.path.exists(marker):
+      with open(marker, encoding="utf-8") as f:
+        made_from = f.read()
+    if made_from != source:
+      shutil.rmtree(start, ignore_errors=True)
       _run([f"--source={args.hf_model}", f"--output_dir={start}"],
            "official_bert.convert_checkpoint")
+      with open(marker, "w", encoding="utf-8") as f:
+        f.write(source)
     config = os.path.join(start, "bert_config.json")
     init = [f"--init_checkpoint={start}"]
   else:
@@ -252,6 +263,7 @@ def main():
   table, per_doc, hf_train = [], [], []
   for seed in args.seeds.split(","):
     out = os.path.join(args.work_dir, f"seed{seed}")
+    shutil.rmtree(out, ignore_errors=True)  # a rerun trains afresh
     seconds, log = _run(common + [
         f"--output_dir={out}", "--do_train", "--do_eval", "--do_predict",
         f"--doc_stride={args.doc_stride}", "--window_aggregation=max",
