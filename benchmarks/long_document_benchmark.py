@@ -2,7 +2,8 @@
 
 On tools/long_document_task.py's task (the label is one sentence anywhere in
 a document), trains run_classifier with --doc_stride (each window fitted to
-its document's label) once per seed, then evaluates the same checkpoint on
+its document's label; --window_training=documents: each document's windows
+combined by max) once per seed, then evaluates the same checkpoint on
 ~800-WordPiece dev documents with --window_aggregation=max, =mean, and
 without --doc_stride (the document truncated to its first --max_seq_length
 pieces: the baseline the windows must beat), and prints dev accuracy per
@@ -193,6 +194,11 @@ def parse_args(argv=None):
   parser.add_argument("--batch_size", type=int, default=16)
   parser.add_argument("--learning_rate", type=float, default=1e-3)
   parser.add_argument("--seeds", default="12345,1,2")
+  parser.add_argument("--window_training", default="windows",
+                      choices=["windows", "documents"],
+                      help="run_classifier's --window_training: fit each "
+                      "window to its document's label, or each document's "
+                      "windows combined by max")
   parser.add_argument("--size", default="h32", choices=["h32", "bert_tiny"],
                       help="the model from random weights when no "
                       "--hf_model: h32 (2 layers, H32, ours only; HF reads "
@@ -267,6 +273,7 @@ def main():
     seconds, log = _run(common + [
         f"--output_dir={out}", "--do_train", "--do_eval", "--do_predict",
         f"--doc_stride={args.doc_stride}", "--window_aggregation=max",
+        f"--window_training={args.window_training}",
         f"--num_train_epochs={args.epochs}",
         f"--train_batch_size={args.batch_size}",
         f"--predict_batch_size={args.batch_size}",

@@ -26,7 +26,9 @@ joined by --label_separator (tasks/multi_label_task.py: a sigmoid per
 label; eval_micro_f1, eval_macro_f1, eval_f1_<label>, eval_subset_accuracy;
 --tune_thresholds). `--doc_stride=N`: a text longer than --max_seq_length
 is read as windows N WordPieces apart whose logits are combined
-(--window_aggregation; tasks/classifier_windows.py), not truncated. The
+(--window_aggregation; tasks/classifier_windows.py), not truncated; training
+fits each window (--window_training=windows) or each text's combined
+windows (=documents). The
 loop is the pretraining trainer's (`trainer.py`: any tf.distribute
 strategy, mixed precision, resume from --output_dir).
 
@@ -100,6 +102,12 @@ def define_flags():
   flags.DEFINE_enum("window_aggregation", "max",
                     list(classifier_windows.AGGREGATIONS), "With "
                     "--doc_stride: how a text's windows' logits combine.")
+  flags.DEFINE_enum("window_training", "windows",
+                    list(classifier_windows.TRAININGS), "With --doc_stride:"
+                    " fit each window to its text's label (windows), or "
+                    "each text's windows' combined logits (documents: "
+                    "--train_batch_size then counts texts, each with all "
+                    "its windows).")
 
 
 def _data_dir():
@@ -140,6 +148,9 @@ def _check_task_flags():
   if multi_label and FLAGS.task_name:
     raise app.UsageError("--task_type=multi_label reads --task_data_dir "
                          "files; a GLUE --task_name has single labels.")
+  if FLAGS.window_training == "documents" and FLAGS.doc_stride is None:
+    raise app.UsageError("--window_training=documents trains on a text's "
+                         "windows: it needs --doc_stride.")
   if FLAGS.doc_stride is not None:  # pairs: the task says (GLUE's too)
     try:
       classifier_windows.Windowing(FLAGS.max_seq_length, FLAGS.doc_stride,

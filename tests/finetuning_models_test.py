@@ -224,3 +224,40 @@ def test_span_and_token_heads_overfit_a_handful_of_examples():
   real = x["input_mask"] == 1
   accuracy = (predicted[real] == tags[real]).mean()
   assert accuracy == 1.0, accuracy
+
+
+@pytest.mark.parametrize("aggregation", ["max", "mean"])
+def test_document_classifier_combines_its_windows_logits(aggregation):
+  """[B, W, T] documents: the max (mean) over each document's own windows
+  of BertClassifier's per-window logits, all-zero windows ignored; [B, T]:
+  BertClassifier's logits (the same weights)."""
+  keras.utils.set_random_seed(2)
+  config = testing.tiny_config(**NO_DROPOUT)
+  model = finetuning_models.BertDocumentClassifier.from_bert_config(
+      config, 3, aggregation=aggregation)
+  windows = testing.random_inputs(batch=5, seed=4)                 # [5, T]
+  per_window = np.asarray(model(windows, training=False))          # [5, 3]
+  plain = finetuning_models.BertClassifier.from_bert_config(config, 3)
+  plain.set_weights(model.get_weights())
+  np.testing.assert_allclose(plain(windows, training=False), per_window,
+                             atol=1e-6)
+  # Document 0: windows 0, 1, 2; document 1: windows 3, 4 and an empty one.
+  documents = {name: np.zeros((2, 3, testing.SEQ), np.int32)
+               for name in windows}
+  for name, value in windows.items():
+    documents[name][0] = value[:3]
+    documents[name][1, :2] = value[3:]
+  reduce = np.max if aggregation == "max" else np.mean
+  expected = [reduce(per_window[:3], 0), reduce(per_window[3:], 0)]
+  got = model(documents, training=False)
+  assert got.shape == (2, 3)
+  np.testing.assert_allclose(got, expected, atol=1e-5)
+  # As fine-tuning calls it: the position-wise work on the tokens only,
+  # where an all-padding window has no [CLS] token of its own.
+  np.testing.assert_allclose(
+      model(documents, training=False, remove_padding=True), expected,
+      atol=1e-5)
+  assert model.get_config()["aggregation"] == aggregation
+  with pytest.raises(ValueError, match="aggregation must be one of"):
+    finetuning_models.BertDocumentClassifier.from_bert_config(
+        config, 3, aggregation="sum")

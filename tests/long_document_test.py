@@ -5,12 +5,14 @@ one sentence anywhere in the document) a small BERT reading every window
 beats the truncated document, and the export's one row per text equals
 test_results.tsv for texts of 1 piece to 4,000 pieces."""
 
+import dataclasses
 import os
 import re
 
 import numpy as np
 import pytest
 
+from official_bert.modeling import finetuning_models
 from official_bert.tasks import classifier_windows
 from tests import testing
 from tools import long_document_task
@@ -88,8 +90,12 @@ def _accuracy(path):
         "eval_accuracy"])
 
 
+@pytest.mark.parametrize("training, batch", [("windows", 16),
+                                             ("documents", 8)])
 def test_windows_learn_beat_truncation_and_export_one_row_per_text(
-    tmp_path):
+    tmp_path, training, batch):
+  """Either --window_training learns; documents: 8 texts of 1-3 windows a
+  step, about the windows' 16."""
   testing.require_shared_data()
   task, out = tmp_path / "task", tmp_path / "out"
   # Documents of 18 to 30 pieces, windows of 14 pieces every 7: one to
@@ -109,9 +115,12 @@ def test_windows_learn_beat_truncation_and_export_one_row_per_text(
   config = _config(tmp_path)
   proc = testing.run_program("official_bert.run_classifier", _flags(
       task, out, config, "--doc_stride=7", "--do_train", "--do_eval",
-      "--do_predict", "--train_batch_size=16", "--learning_rate=1e-3",
+      "--do_predict", f"--train_batch_size={batch}", "--learning_rate=1e-3",
+      f"--window_training={training}",
       "--num_train_epochs=6", f"--export_dir={tmp_path / 'serving'}"))
   assert re.search(r"train 240 examples \(\d+ windows\)", proc.stdout)
+  if training == "documents":  # a step is 8 texts with all their windows
+    assert "(180 = 240 documents x 6.0 epochs / batch 8)" in proc.stdout
   windows = _accuracy(out / "eval_results.txt")
   # The same checkpoint on the documents' first 14 pieces only.
   testing.run_program("official_bert.run_classifier", _flags(
@@ -198,5 +207,23 @@ def test_multi_label_windows_train_per_window_and_predict_per_text(tmp_path):
   result = task.evaluate(predict, step=3)
   # max: each dev text's word is in one of its windows -> both right.
   assert result["eval_subset_accuracy"] == 1.0
+
+  # --window_training=documents: a training example is a text's windows
+  # [D, M, T] (its own first, then empty ones), with its own label row.
+  task = multi_label_task.MultiLabelTask(dataclasses.replace(
+      task.config, window_training="documents"))
+  task.read()
+  task.encode(tokenizer, max_seq_length=10)
+  documents, labels = task.train_data()
+  assert documents["input_mask"].shape == (4, 8, 10)
+  assert task.num_train_examples == 4 and task.example_name == "documents"
+  np.testing.assert_array_equal(labels, expected)
+  for name, value in inputs.items():
+    for text in range(4):
+      own = value[windows == text]
+      np.testing.assert_array_equal(documents[name][text, :len(own)], own)
+      assert not documents[name][text, len(own):].any()
+  assert isinstance(task.build_model(testing.tiny_config(), "keras"),
+                    finetuning_models.BertDocumentClassifier)
   assert result["eval_micro_f1"] == 1.0
   assert task.split_logits("dev", predict).tolist() == [[-1, 1], [1, -1]]

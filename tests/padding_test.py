@@ -175,3 +175,20 @@ def test_length_grouped_order_is_hugging_faces():
   # Deterministic for a seed (a resumed run skips to the same place).
   np.testing.assert_array_equal(
       order, padding.length_grouped_order(lengths, 8, 7, 2500))
+
+
+def test_cut_batch_cuts_documents_windows_and_lengths():
+  """[B, M, T] documents of windows: M cut to the most windows a document
+  has, T to the longest window (rounded up)."""
+  windows = _inputs(lengths=[5, 9, 3, 2])                         # [4, T]
+  documents = {k: np.zeros((2, 4, SEQ), np.int32) for k in windows}
+  for k, v in windows.items():
+    documents[k][0, :3] = v[:3]       # 3 windows, the longest 9 pieces
+    documents[k][1, :1] = v[3:]       # 1 window
+  labels = np.array([1, 0], np.int32)
+  cut, cut_labels = padding.cut_batch(
+      tf.nest.map_structure(tf.constant, documents), tf.constant(labels),
+      multiple=4)
+  for key, value in documents.items():
+    np.testing.assert_array_equal(cut[key].numpy(), value[:, :3, :12])
+  np.testing.assert_array_equal(cut_labels.numpy(), labels)

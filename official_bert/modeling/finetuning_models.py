@@ -109,6 +109,72 @@ class BertClassifier(_FineTuningModel):
     return ops.cast(logits, "float32")                         # [B, C]
 
 
+WINDOW_AGGREGATIONS = ("max", "mean")
+
+
+@keras.saving.register_keras_serializable(package="official_bert")
+class BertDocumentClassifier(BertClassifier):
+  """A `BertClassifier` that also reads a document as its windows.
+
+  For run_classifier's `--window_training=documents`: a training example is
+  a document's windows (`tasks/classifier_windows.py`), and its logits are
+  the windows' logits combined by `aggregation`, so the loss sees what
+  evaluation and serving predict. "max": per class, the largest over the
+  windows (the gradient reaches the window that gave it, so a label that
+  one sentence decides trains the window holding it; multiple-instance
+  learning); "mean": their mean.
+
+  Args:
+    encoder, num_classes, dropout_rate: as `BertClassifier`'s.
+    aggregation: "max" or "mean".
+
+  Inputs: int32 [B, W, T] each (W windows per document; a document with
+    fewer has all-zero `input_mask` rows after its own, which take no part),
+    or [B, T]: single windows, BertClassifier's logits (what evaluation and
+    the export call; `Windowing.combine` combines them alike).
+  Output: float32 logits [B, C]. Its variables are BertClassifier's, so
+    checkpoints and exports are interchangeable.
+
+      model = BertDocumentClassifier.from_bert_config(testing.tiny_config(), 2)
+      inputs = {k: v.reshape(1, 3, 7) for k, v in testing.random_inputs().items()}
+      logits = model(inputs)  # [1, 2]: the max over the 3 windows' logits
+  """
+
+  def __init__(self, encoder, num_classes, dropout_rate=None,
+               aggregation="max", **kwargs):
+    super().__init__(encoder, num_classes, dropout_rate, **kwargs)
+    if aggregation not in WINDOW_AGGREGATIONS:
+      raise ValueError(f"aggregation must be one of "
+                       f"{list(WINDOW_AGGREGATIONS)}, got {aggregation!r}")
+    self.aggregation = aggregation
+
+  def call(self, inputs, training=None, remove_padding=False):
+    inputs = _encoder_inputs(inputs)
+    mask = inputs["input_mask"]
+    if len(mask.shape) == 2:                                   # [B, T]
+      return super().call(inputs, training, remove_padding)
+    shape = ops.shape(mask)                                    # B, W, T
+    present = ops.any(ops.not_equal(mask, 0), axis=-1)[:, :, None]  # [B, W, 1]
+    # An absent window reads one token (position 0, id 0): the encoder
+    # needs a [CLS] position that is a token; its logits are dropped below.
+    first = ops.cast(ops.equal(ops.arange(shape[2]), 0), mask.dtype)  # [T]
+    inputs = dict(inputs, input_mask=ops.where(present, mask, first))
+    windows = {name: ops.reshape(value, (-1, shape[2]))
+               for name, value in inputs.items()}              # [B*W, T]
+    logits = super().call(windows, training, remove_padding)   # [B*W, C]
+    logits = ops.reshape(logits, (shape[0], shape[1], self.num_classes))
+    if self.aggregation == "max":
+      return ops.max(ops.where(present, logits, -1e30), axis=1)    # [B, C]
+    weights = ops.cast(present, "float32")
+    return (ops.sum(logits * weights, axis=1)
+            / ops.maximum(ops.sum(weights, axis=1), 1.0))          # [B, C]
+
+  def get_config(self):
+    config = super().get_config()
+    config["aggregation"] = self.aggregation
+    return config
+
+
 @keras.saving.register_keras_serializable(package="official_bert")
 class BertSpanLabeler(_FineTuningModel):
   """Predicts answer start and end positions per token (SQuAD).

@@ -42,6 +42,9 @@ class ClassificationConfig:
   doc_stride, window_aggregation: None (texts longer than max_seq_length
     are truncated), or windows every doc_stride pieces whose logits are
     combined by "max" or "mean" (classifier_windows.py; single texts only).
+  window_training: with doc_stride, "windows" (each window fitted to its
+    text's label) or "documents" (each text's windows' combined logits
+    fitted to its label: finetuning_models.BertDocumentClassifier).
   label_separator, tune_thresholds: task_type "multi_label"'s
     (multi_label_task.py).
   """
@@ -59,6 +62,7 @@ class ClassificationConfig:
   eval_every_steps: int = 0
   doc_stride: Optional[int] = None
   window_aggregation: str = "max"
+  window_training: str = "windows"
   label_separator: str = "|"
   tune_thresholds: bool = False
 
@@ -117,8 +121,10 @@ class ClassificationTask:
   training/task.py `FinetuningTask`; tests/task_test.py checks it).
 
   With config.doc_stride, each split's inputs are its texts' windows
-  (classifier_windows.py): training fits each window to its text's label,
-  and evaluation and prediction combine a text's windows' logits."""
+  (classifier_windows.py): training fits each window to its text's label
+  (window_training "windows") or each text's combined windows
+  ("documents"), and evaluation and prediction combine a text's windows'
+  logits."""
 
   # The fewest labels the training file may have.
   min_labels = 2
@@ -133,8 +139,17 @@ class ClassificationTask:
     self.window_text = {}  # split -> int32 [W]: each window's example
 
   @property
+  def trains_documents(self):
+    """Whether a training example is a text's windows, combined."""
+    return bool(self.config.doc_stride
+                and self.config.window_training == "documents")
+
+  @property
   def example_name(self):
-    """What num_train_examples counts: windows with doc_stride."""
+    """What num_train_examples counts: windows with doc_stride (unless it
+    trains on documents)."""
+    if self.trains_documents:
+      return "documents"
     return "windows" if self.config.doc_stride else "examples"
 
   @property
@@ -220,9 +235,12 @@ class ClassificationTask:
 
   @property
   def num_train_examples(self):
-    """Training examples, or with doc_stride their windows."""
+    """Training examples, or with doc_stride their windows (unless it
+    trains on documents)."""
     if "train" not in self.splits:
       return 0
+    if self.trains_documents:
+      return len(self.splits["train"][0])
     return len(self.splits["train"][1]["input_mask"])
 
   def run_files(self):
@@ -256,8 +274,17 @@ class ClassificationTask:
 
   # ------------------------------------------------- model and losses ----
   def build_model(self, bert_config, kernels):
+    return self.classifier_model(
+        bert_config, 1 if self.regression else len(self.labels), kernels)
+
+  def classifier_model(self, bert_config, num_classes, kernels):
+    """BertClassifier, or BertDocumentClassifier when it trains on
+    documents (the same variables)."""
     from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-    num_classes = 1 if self.regression else len(self.labels)
+    if self.trains_documents:
+      return finetuning_models.BertDocumentClassifier.from_bert_config(
+          bert_config, num_classes, kernels=kernels,
+          aggregation=self.config.window_aggregation)
     return finetuning_models.BertClassifier.from_bert_config(
         bert_config, num_classes, kernels=kernels)
 
@@ -269,8 +296,12 @@ class ClassificationTask:
     return None if self.regression else classifier_metric_counts
 
   def train_data(self):
-    """(inputs, labels); with doc_stride each window has its text's label."""
-    _, inputs, labels = self.splits["train"]
+    """(inputs, labels); with doc_stride each window has its text's label,
+    or (trains_documents) each text is its windows [D, M, T]."""
+    examples, inputs, labels = self.splits["train"]
+    if self.trains_documents:
+      return classifier_windows.documents(
+          inputs, self.window_text["train"], len(examples)), labels
     if self.windowing is not None:
       labels = labels[self.window_text["train"]]
     return inputs, labels

@@ -9,6 +9,12 @@ windows. The model runs on every window; a text's logits are its windows'
 combined by `aggregation`, "max" (per class, the largest over the windows)
 or "mean".
 
+Training fits each window to its text's label (`--window_training=windows`)
+or each text's windows combined as in prediction (`=documents`: `documents`
+lays a text's windows out as one example [M, T], and
+`finetuning_models.BertDocumentClassifier` combines their logits before the
+loss).
+
 The same two functions run in training, evaluation and prediction
 (`classification_task.ClassificationTask.encode`, `evaluate`, `predict`)
 and in the exported model's text signature (`export/serving.py`), so they
@@ -25,6 +31,7 @@ C classes (labels).
 import dataclasses
 
 AGGREGATIONS = ("max", "mean")
+TRAININGS = ("windows", "documents")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,3 +128,21 @@ def encode(examples, tokenizer, windowing, batch_size=8192):
     texts.append(text.numpy() + first)
   return ({name: np.concatenate(chunks[name]) for name in names},
           np.concatenate(texts))
+
+
+def documents(inputs, text, num_texts):
+  """Windows [W, T] (`encode`'s, in text order) -> documents [D, M, T]:
+  row d holds text d's windows first, then all-zero windows up to M, the
+  most windows of any text (`BertDocumentClassifier`'s training inputs:
+  `--window_training=documents`)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  counts = np.bincount(text, minlength=num_texts)                  # [D]
+  # Each window's place in its text: its index less its text's first.
+  place = np.arange(len(text)) - np.repeat(np.cumsum(counts) - counts,
+                                           counts)                 # [W]
+  out = {}
+  for name, value in inputs.items():
+    out[name] = np.zeros((num_texts, max(counts.max(initial=0), 1),
+                          value.shape[-1]), value.dtype)
+    out[name][text, place] = value
+  return out

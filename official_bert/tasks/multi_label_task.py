@@ -157,9 +157,7 @@ class MultiLabelTask(classification_task.ClassificationTask):
       self.thresholds = np.array([tuned[label] for label in self.labels])
 
   def build_model(self, bert_config, kernels):
-    from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-    return finetuning_models.BertClassifier.from_bert_config(
-        bert_config, len(self.labels), kernels=kernels)
+    return self.classifier_model(bert_config, len(self.labels), kernels)
 
   def losses(self, labels, logits):
     return multi_label_losses(labels, logits)

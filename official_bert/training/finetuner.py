@@ -128,7 +128,7 @@ class Finetuner(driver.Driver):
     order = None
     if config.group_by_length:
       order = padding.length_grouped_order(
-          inputs["input_mask"].sum(1), batch_size, seed,
+          inputs["input_mask"].reshape(num, -1).sum(1), batch_size, seed,
           config.num_train_steps * batch_size)
 
     def dataset_fn(input_context):

@@ -55,13 +55,24 @@ def cut_batch(inputs, labels=None, multiple=8):
   multi-label rows are float, so C labels = T positions pass through). With
   `labels` None returns the inputs alone. Several texts per example (run
   embedding's `anchor_input_mask`, `positive_input_mask`, ...): L fits the
-  longest text of every mask.
+  longest text of every mask. Documents of windows (inputs [B, M, T],
+  `--window_training=documents`): every window is cut to L, and M to the
+  most windows a document of the batch has (a document's windows come
+  first, all-zero ones after).
   """
   masks = [v for k, v in sorted(inputs.items()) if k.endswith("input_mask")]
   mask = masks[0] if len(masks) == 1 else tf.reduce_max(tf.stack(masks), 0)
-  full = mask.shape[1]
-  length = batch_length(mask, multiple)
-  cut = {k: v[:, :length] for k, v in inputs.items()}
+  full = mask.shape[-1]
+  if mask.shape.rank == 3:                                          # [B, M, T]
+    present = tf.reduce_any(tf.not_equal(mask, 0), axis=-1)          # [B, M]
+    windows = tf.maximum(tf.reduce_max(
+        tf.reduce_sum(tf.cast(present, tf.int32), axis=1)), 1)
+    length = batch_length(tf.reshape(mask, [-1, tf.shape(mask)[-1]]),
+                          multiple)
+    cut = {k: v[:, :windows, :length] for k, v in inputs.items()}
+  else:
+    length = batch_length(mask, multiple)
+    cut = {k: v[:, :length] for k, v in inputs.items()}
   if labels is None:
     return cut
 
