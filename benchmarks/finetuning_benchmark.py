@@ -215,8 +215,10 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
                       "run_classifier")
     key = "eval_micro_f1" if multi_label else "eval_accuracy"
     with open(os.path.join(out, "eval_results.txt")) as f:
-      result["metric"] = float(re.search(rf"{key} = ([0-9.]+)",
-                                         f.read()).group(1))
+      text = f.read()
+    result["metric"] = float(re.search(rf"{key} = ([0-9.]+)", text).group(1))
+    result["dev_loss"] = float(re.search(r"eval_loss = ([0-9.]+)",
+                                         text).group(1))
     return result
 
   def hf():
@@ -232,14 +234,19 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
     _, train_s, load = timed(trainer.train)
     prediction, predict_s, _ = timed(
         lambda: trainer.predict(short_task.hf_features(encoded["dev"][0])))
-    if multi_label:  # micro F1 at 0.5, as ours
+    logits = torch.tensor(prediction.predictions)
+    labels = torch.tensor(encoded["dev"][1])
+    if multi_label:  # micro F1 at 0.5, as ours; the mean BCE, as eval_loss
       metric = classifier_metrics.multi_label_metrics(
           encoded["dev"][1], prediction.predictions > 0, topics)["micro_f1"]
+      dev_loss = torch.nn.functional.binary_cross_entropy_with_logits(
+          logits, labels.float())
     else:
       metric = float(np.mean(prediction.predictions.argmax(-1)
                              == encoded["dev"][1]))
+      dev_loss = torch.nn.functional.cross_entropy(logits, labels.long())
     return {"train_s": train_s, "predict_s": predict_s, "predict_n": len(dev),
-            "metric": metric, "load": load}
+            "metric": metric, "dev_loss": float(dev_loss), "load": load}
   return info, "micro_f1" if multi_label else "accuracy", len(train), ours, hf
 
 
@@ -371,7 +378,10 @@ def main(argv):
           print(f"  round {r + 1} {side_name:10s} train {side['train_s']:6.1f}"
                 f" s {side['train_rate']:6.1f} ex/s | predict "
                 f"{side['predict_rate']:6.1f} ex/s | dev {metric} "
-                f"{side['metric']:.3f} | load {side['load']:.2f}", flush=True)
+                f"{side['metric']:.3f}"
+                + (f" loss {side['dev_loss']:.4f}" if "dev_loss" in side
+                   else "")
+                + f" | load {side['load']:.2f}", flush=True)
         rounds.append((ours, hf))
       ours, hf = ({key: float(np.median([r[i][key] for r in rounds]))
                    for key in rounds[0][i]} for i in (0, 1))
