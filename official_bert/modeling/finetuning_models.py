@@ -136,8 +136,8 @@ class BertDocumentClassifier(BertClassifier):
     checkpoints and exports are interchangeable.
 
       model = BertDocumentClassifier.from_bert_config(testing.tiny_config(), 2)
-      inputs = {k: v.reshape(1, 3, 7) for k, v in testing.random_inputs().items()}
-      logits = model(inputs)  # [1, 2]: the max over the 3 windows' logits
+      windows = testing.random_inputs()                   # 3 windows, [3, 7]
+      logits = model({k: v[None] for k, v in windows.items()})  # [1, 2]
   """
 
   def __init__(self, encoder, num_classes, dropout_rate=None,
