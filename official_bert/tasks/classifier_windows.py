@@ -140,9 +140,9 @@ def documents(inputs, text, num_texts):
   # Each window's place in its text: its index less its text's first.
   place = np.arange(len(text)) - np.repeat(np.cumsum(counts) - counts,
                                            counts)                 # [W]
+  most = max(counts.max(initial=0), 1)                             # M
   out = {}
   for name, value in inputs.items():
-    out[name] = np.zeros((num_texts, max(counts.max(initial=0), 1),
-                          value.shape[-1]), value.dtype)
+    out[name] = np.zeros((num_texts, most, value.shape[-1]), value.dtype)
     out[name][text, place] = value
   return out
