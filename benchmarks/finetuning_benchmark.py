@@ -16,9 +16,10 @@ ours with convert_checkpoint), the same token ids (our tokenizer, the same vocab
           `run_classifier --task_type=multi_label`, HF's
           `problem_type="multi_label_classification"`; dev micro F1 at 0.5,
           beside predicting every topic's (the floor a model that learned
-          must beat). One epoch at 5e-5 from random weights predicts no
-          topic on either side; `--model=tiny --train_examples=8192
-          --epochs=4 --learning_rate=3e-4` (both sides) learns them.
+          must beat). From a pretrained start (`--hf_model=DIR
+          --train_examples=4096 --epochs=3`) or from random weights
+          (`--model=tiny --train_examples=8192 --epochs=4
+          --learning_rate=3e-4`) both sides learn them.
 
 Ours is the user's command (`run_classifier`, `run_squad`: every batch
 padded to its longest example, the position-wise layers on its tokens only,

@@ -27,7 +27,7 @@ from official_bert.training import task as task_lib
 TASK = {"build_model", "losses", "metric_counts", "run_files", "log_start"}
 FINETUNING = TASK | {"num_train_examples", "example_name", "best_metric",
                      "train_data", "evaluate", "eval_summary", "predict",
-                     "example_inputs"}
+                     "example_inputs", "init_head"}
 
 
 def _tasks():

@@ -306,6 +306,9 @@ class ClassificationTask:
       labels = labels[self.window_text["train"]]
     return inputs, labels
 
+  def init_head(self, model):
+    """Nothing: the head keeps its initializers, as the original's."""
+
   def example_inputs(self):
     """One encoded example (builds the model for export)."""
     return {k: v[:1] for k, v in next(iter(self.splits.values()))[1].items()}

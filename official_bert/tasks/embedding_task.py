@@ -311,6 +311,10 @@ class EmbeddingTask:
             for name, array in inputs[role].items()}
     return flat, np.zeros(self.num_train_examples, np.int32)
 
+  def init_head(self, model):
+    """Nothing: the embedding model has no head (its output is the
+    encoder's pooled tokens)."""
+
   def example_inputs(self):
     inputs = next(iter(self.splits.values()))[2]["anchor"]
     return {name: array[:1] for name, array in inputs.items()}

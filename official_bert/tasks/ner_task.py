@@ -178,6 +178,9 @@ class NerTask:
     _, inputs, _, _, window_labels = self.encoded["train"]
     return inputs, window_labels
 
+  def init_head(self, model):
+    """Nothing: the token head keeps its initializers."""
+
   def example_inputs(self):
     return {k: v[:1] for k, v in next(iter(self.encoded.values()))[1].items()}
 

@@ -189,6 +189,9 @@ class SquadTask:
   def train_data(self):
     return squad.feature_arrays(self.train_features, True)
 
+  def init_head(self, model):
+    """Nothing: the head keeps its initializers, as the original's."""
+
   def example_inputs(self):
     """One all-zero window (builds the model for export)."""
     import numpy as np  # pylint: disable=g-import-not-at-top

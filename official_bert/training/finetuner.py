@@ -45,6 +45,7 @@ class Finetuner(driver.Driver):
     # removed again when a bad --init_checkpoint stops the run.
     self.make_output_dir()
     self.num_train_examples = task.num_train_examples
+    self.init_head = task.init_head
     self.example_name = task.example_name
     # Each batch cut to its longest example (training/padding.py); TPUs
     # compile the whole loop for one shape, so they keep max_seq_length.
@@ -86,8 +87,10 @@ class Finetuner(driver.Driver):
     return self.start
 
   def warm_start_encoder(self):
-    """The encoder from init_checkpoint; the task head starts fresh."""
+    """The encoder from init_checkpoint; the task head starts fresh, as the
+    task's init_head sets it."""
     from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+    self.init_head(self.model)
     if not self.config.init_checkpoint:
       if self.config.do_train:
         print("No --init_checkpoint: fine-tuning from random weights.",

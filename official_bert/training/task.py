@@ -90,6 +90,12 @@ class FinetuningTask(Task, typing.Protocol):
     last line's words about them (a str), and eval_results (a dict) when the
     test file holds answers, else None."""
 
+  def init_head(self, model):
+    """Sets the starting weights of `model`'s task head (the model built,
+    its encoder warm-started) before a fresh run trains; most tasks keep
+    the head's initializers and do nothing. Not called on resume: the
+    checkpoint has the head."""
+
   def example_inputs(self):
     """One example's encoder inputs ({name: int32 numpy [1, T]}): they build
     the model that is exported."""
