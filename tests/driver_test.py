@@ -44,7 +44,8 @@ def _run(output_dir, bert_config=None, **overrides):
           finetuning_models.BertClassifier.from_bert_config(
               bert_config, 3, kernels=kernels)),
       losses=_losses, metric_counts=None, num_train_examples=EXAMPLES,
-      example_name="examples", best_metric="eval_accuracy")
+      example_name="examples", best_metric="eval_accuracy",
+      init_head=lambda model: None)
   run = finetuner.Finetuner(config, task, bert_config)
   run.write_run_files(bert_config, files={"label_list.json": "[0, 1, 2]\n"})
   return run
