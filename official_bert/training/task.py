@@ -91,10 +91,10 @@ class FinetuningTask(Task, typing.Protocol):
     test file holds answers, else None."""
 
   def init_head(self, model):
-    """Sets the starting weights of `model`'s task head (the model built,
-    its encoder warm-started) before a fresh run trains; most tasks keep
-    the head's initializers and do nothing. Not called on resume: the
-    checkpoint has the head."""
+    """Sets the starting weights of `model`'s task head (the model built)
+    when a run starts fresh, before its encoder is loaded from
+    init_checkpoint; most tasks keep the head's initializers and do
+    nothing. Not called on resume: the checkpoint has the head."""
 
   def example_inputs(self):
     """One example's encoder inputs ({name: int32 numpy [1, T]}): they build
