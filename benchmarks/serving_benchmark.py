@@ -33,7 +33,8 @@ request of several input tensors across them);
 `onnx_int8` is `onnxruntime.quantization.quantize_dynamic` of the ONNX model
 (int8 weights per channel, dynamic activations). `xla` is our export with
 `--xla_single_text`. Ratios against ONNX Runtime are printed per precision,
-and int8's one-text time split into tokenizer and model.
+and one text's time split into tokenizer and model for ours (float32: the
+export's `serving_ids` on the ids), int8 and ONNX Runtime.
 
 The machine may be shared, so the peers take turns: every round runs a
 slice of each measurement on every peer (in a rotating order) and the
@@ -168,6 +169,12 @@ class _Peers:
     self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
     self.paths = {}
     self.fns = {"ours": export("export", None)}
+    self._tokenizer_fn(self.paths["export"])
+    # The model part of one text, on ids already made (the breakdown):
+    # ours is the export's serving_ids signature, ORT its session.
+    ids = tf.saved_model.load(self.paths["export"]).signatures["serving_ids"]
+    self.models = {"ours": lambda inputs: ids(
+        **{name: tf.constant(value) for name, value in inputs.items()})}
     if "padded" in args.peers:
       self.fns["padded"] = export("export_padded", False)
     if "xla" in args.peers or "int8" in args.peers:
@@ -217,12 +224,11 @@ class _Peers:
       outputs = self.torch_model(**self._encode(texts, "pt"))
     return outputs.last_hidden_state.numpy(), outputs.pooler_output.numpy()
 
-  def _int8(self, path):
-    """Our int8 export from raw text: the project's tokenizer and packing
-    (the serving signature's, as one tf.function), then the LiteRT model.
-    `self.tokenize` alone is timed too (the breakdown)."""
+  def _tokenizer_fn(self, path):
+    """`self.tokenize`: the project's tokenizer and packing (the serving
+    signature's, as one tf.function), texts -> numpy ids; what our int8
+    client runs, and timed alone in the breakdown."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from export import litert_int8  # pylint: disable=g-import-not-at-top
     from export import serving  # pylint: disable=g-import-not-at-top
     from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
     tokenizer = tokenization.FullTokenizer(
@@ -232,9 +238,14 @@ class _Peers:
         tokenizer.sep_id))
     self.tokenize = lambda texts: {
         name: value.numpy() for name, value in pack(tf.constant(texts)).items()}
+
+  def _int8(self, path):
+    """Our int8 export from raw text: `self.tokenize`, then the LiteRT
+    model."""
+    from export import litert_int8  # pylint: disable=g-import-not-at-top
     model = litert_int8.Int8Model.load(
         path, num_threads=flags.FLAGS.litert_threads)
-    self.int8_encoder = lambda inputs: model(**inputs)
+    self.models["int8"] = lambda inputs: model(**inputs)
     return lambda texts: model(**self.tokenize(texts))
 
   def _onnx_session(self, path):
@@ -272,11 +283,12 @@ class _Peers:
     session = onnxruntime.InferenceSession(
         path, options, providers=["CPUExecutionProvider"])
 
-    def run(texts):
-      encoded = self._encode(texts, "np")
+    def model(encoded):
       return session.run(None, {name: encoded[name].astype("int64")
                                 for name in names})
-    return run
+    self.models["onnx_int8" if "int8" in os.path.basename(path)
+                else "onnx"] = model
+    return lambda texts: model(self._encode(texts, "np"))
 
 
 def _bfloat16_accuracy(peers, texts, args):
@@ -372,18 +384,26 @@ def _p99(values):
 
 
 def _breakdown(peers, texts, rounds):
-  """int8's one text, split: the tokenizer and packing, the LiteRT model."""
+  """One text, split: {peer: (tokenizer ms, model ms)} (medians), the
+  tokenizer ours (`peers.tokenize`) or BertTokenizerFast (ONNX Runtime's),
+  the model on the ids it made (ours float32: the export's serving_ids
+  signature; int8: the LiteRT model); peers in turns per text."""
   import random  # pylint: disable=g-import-not-at-top
   singles = random.Random(2).sample(texts, 8 * rounds)
-  tokenize, encoder = [], []
+  tokenizers = {peer: (lambda t: peers._encode(t, "np"))  # pylint: disable=protected-access
+                if peer.startswith("onnx") else peers.tokenize
+                for peer in peers.models}
+  times = {peer: ([], []) for peer in peers.models}
   for text in singles:
-    start = time.perf_counter()
-    inputs = peers.tokenize([text])
-    middle = time.perf_counter()
-    peers.int8_encoder(inputs)
-    tokenize.append(middle - start)
-    encoder.append(time.perf_counter() - middle)
-  return statistics.median(tokenize) * 1e3, statistics.median(encoder) * 1e3
+    for peer, model in peers.models.items():
+      start = time.perf_counter()
+      inputs = tokenizers[peer]([text])
+      middle = time.perf_counter()
+      model(inputs)
+      times[peer][0].append(middle - start)
+      times[peer][1].append(time.perf_counter() - middle)
+  return {peer: (statistics.median(a) * 1e3, statistics.median(b) * 1e3)
+          for peer, (a, b) in times.items()}
 
 
 def _report(name, peers, times, workloads):
@@ -477,10 +497,10 @@ def main(argv):
       _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
       times = _measure(peers, workloads, rounds)
       _report(name, peers, times, workloads)
-      if "int8" in peers.fns:
-        tokenize, encoder = _breakdown(peers, short, rounds)
-        print(f"{name} short int8, one text: tokenizer + packing "
-              f"{tokenize:.2f} ms, LiteRT model {encoder:.2f} ms (medians)",
+      for peer, (tokenize, model) in _breakdown(peers, short,
+                                                rounds).items():
+        print(f"{name} short, one text, {peer}: tokenizer + packing "
+              f"{tokenize:.2f} ms, model {model:.2f} ms (medians)",
               flush=True)
       print(f"load average at the end: {os.getloadavg()[0]:.1f}", flush=True)
   finally:

