@@ -81,6 +81,11 @@ def _define_flags():
                       "a temporary directory, removed at the end).")
   flags.DEFINE_integer("pad_multiple", 1, "Our export's --pad_multiple.")
   flags.DEFINE_integer("seed", 0, "Seed of the weights and the text sample.")
+  flags.DEFINE_bool("length_scan", False, "Also time one text of 8 to 64 "
+                    "positions: each peer's model on ids (ours float32: "
+                    "serving_ids), `xla` from text, and the model's float32 "
+                    "matmuls alone (random kernels of its shapes, one "
+                    "tf.function).")
   flags.DEFINE_bool("bfloat16_accuracy", False, "Also export each model "
                     "with --weights_dtype=bfloat16 and print how far its "
                     "outputs are from float32's (not timed: this CPU has no "
@@ -163,6 +168,7 @@ class _Peers:
       self.paths[name] = path
       return lambda texts: signature(text=tf.constant(texts))
     self.max_seq_length = args.max_seq_length
+    self.config = config
     self.root, self.ckpt = root, ckpt
     self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
                                                     do_lower_case=True)
@@ -378,6 +384,61 @@ def _measure(peers, workloads, rounds):
   return times
 
 
+def _length_scan(peers, config, rounds):
+  """Prints one text's median ms at 8..64 positions: each peer's model on
+  ids, `xla` from a text of that length, and the float32 matmuls alone
+  (the 6 dense kernels of each layer, random, in one tf.function: what
+  TensorFlow's matmuls cost before any other op)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  hidden, inner = config.hidden_size, config.intermediate_size
+  rng = np.random.default_rng(0)
+  kernels = [tf.Variable(rng.normal(0, 0.02, shape).astype(np.float32))
+             for _ in range(config.num_hidden_layers)
+             for shape in [(hidden, hidden)] * 4 + [(hidden, inner),
+                                                    (inner, hidden)]]
+
+  @tf.function
+  def matmuls(x):
+    for i in range(0, len(kernels), 6):
+      q, k, v, o, up, down = kernels[i:i + 6]
+      x = (tf.matmul(x, q) + tf.matmul(x, k) + tf.matmul(x, v))
+      x = tf.matmul(tf.matmul(tf.matmul(x, o), up), down)
+    return x
+
+  def median_ms(fn):
+    for _ in range(3):
+      fn()
+    times = []
+    for _ in range(20 * rounds):
+      start = time.perf_counter()
+      fn()
+      times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+  print("one text by length, median ms: the models on ids; xla from text; "
+        "TensorFlow's float32 matmuls alone")
+  for length in (8, 16, 24, 32, 64):
+    word = peers.tokenizer.convert_tokens_to_ids("the")
+    ids = np.full((1, length), word, np.int32)
+    ids[0, 0], ids[0, -1] = peers.tokenizer.cls_token_id, \
+        peers.tokenizer.sep_token_id
+    ours = {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+            "input_type_ids": np.zeros_like(ids)}
+    theirs = {"input_ids": ids, "attention_mask": ours["input_mask"],
+              "token_type_ids": ours["input_type_ids"]}
+    row = {peer: median_ms(lambda m=model, p=peer: m(
+        theirs if p.startswith("onnx") else ours))
+           for peer, model in peers.models.items()}
+    if "xla" in peers.fns:
+      text = [" ".join(["the"] * (length - 2))]
+      row["xla"] = median_ms(lambda: peers.fns["xla"](text))
+    x = tf.constant(rng.normal(size=(length, hidden)).astype(np.float32))
+    row["matmuls"] = median_ms(lambda: matmuls(x).numpy())
+    print(f"  {length:3} positions: " + ", ".join(
+        f"{peer} {ms:.2f}" for peer, ms in row.items()), flush=True)
+
+
 def _p99(values):
   values = sorted(values)
   return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
@@ -498,6 +559,8 @@ def main(argv):
               f"sentences: cosine min {low:.5f}, mean {mean:.5f}", flush=True)
       if args.bfloat16_accuracy:
         _bfloat16_accuracy(peers, short, args)
+      if args.length_scan:
+        _length_scan(peers, peers.config, rounds)
       _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
       times = _measure(peers, workloads, rounds)
       _report(name, peers, times, workloads)
