@@ -68,8 +68,10 @@ def _define_flags():
                     "with --xla_single_text), int8 (its --quantize=int8 "
                     "LiteRT model after our in-graph tokenizer), onnx_int8 "
                     "(onnxruntime.quantization.quantize_dynamic of onnx's "
-                    "model, int8 per channel), and padded (our export with "
-                    "remove_padding=False: every layer on [B, T]).")
+                    "model, int8 per channel), padded (our export with "
+                    "remove_padding=False: every layer on [B, T]) and bf16 "
+                    "(our export with --weights_dtype=bfloat16: fast only "
+                    "on CPUs with AVX512-BF16 or AMX).")
   flags.DEFINE_bool("quick", False, "L6_H384 only, fewer rounds (~2 min).")
   flags.DEFINE_integer("rounds", 8, "Interleaved rounds per model.")
   flags.DEFINE_integer("max_seq_length", 128, "Longest packed input.")
@@ -88,8 +90,8 @@ def _define_flags():
                     "tf.function).")
   flags.DEFINE_bool("bfloat16_accuracy", False, "Also export each model "
                     "with --weights_dtype=bfloat16 and print how far its "
-                    "outputs are from float32's (not timed: this CPU has no "
-                    "bfloat16 instructions).")
+                    "outputs are from float32's (its speed: the bf16 "
+                    "peer).")
   flags.DEFINE_bool("onednn", True, "Set TF_ENABLE_ONEDNN_OPTS=1 for this "
                     "process (TensorFlow's oneDNN graph rewrites: bias, "
                     "GELU and residual adds fused into the matmuls). "
@@ -183,6 +185,8 @@ class _Peers:
         **{name: tf.constant(value) for name, value in inputs.items()})}
     if "padded" in args.peers:
       self.fns["padded"] = export("export_padded", False)
+    if "bf16" in args.peers:
+      self.fns["bf16"] = export("export_bf16", None, weights_dtype="bfloat16")
     if "xla" in args.peers or "int8" in args.peers:
       xla = export("export_xla", None, xla_single_text=True,
                    quantize="int8" if "int8" in args.peers else "none")
