@@ -166,7 +166,8 @@ class _Peers:
           seq_length=args.max_seq_length, pad_multiple=args.pad_multiple,
           fill_mask=False, warmup_texts=(), remove_padding=remove_padding,
           **kwargs)
-      signature = tf.saved_model.load(path).signatures["serving_default"]
+      self.signatures[name] = tf.saved_model.load(path).signatures
+      signature = self.signatures[name]["serving_default"]
       self.paths[name] = path
       return lambda texts: signature(text=tf.constant(texts))
     self.max_seq_length = args.max_seq_length
@@ -175,12 +176,12 @@ class _Peers:
     self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
                                                     do_lower_case=True)
     self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
-    self.paths = {}
+    self.paths, self.signatures = {}, {}
     self.fns = {"ours": export("export", None)}
     self._tokenizer_fn(self.paths["export"])
     # The model part of one text, on ids already made (the breakdown):
     # ours is the export's serving_ids signature, ORT its session.
-    ids = tf.saved_model.load(self.paths["export"]).signatures["serving_ids"]
+    ids = self.signatures["export"]["serving_ids"]
     self.models = {"ours": lambda inputs: ids(
         **{name: tf.constant(value) for name, value in inputs.items()})}
     if "padded" in args.peers:
@@ -208,7 +209,7 @@ class _Peers:
                        os.path.join(root, "bert_int8.onnx"),
                        weight_type=QuantType.QInt8, per_channel=True)
       self.fns["onnx_int8"] = self._session(
-          os.path.join(root, "bert_int8.onnx"))
+          os.path.join(root, "bert_int8.onnx"), "onnx_int8")
     print(f"{name}: {config.num_hidden_layers} layers, H="
           f"{config.hidden_size}, I={config.intermediate_size}; built and "
           f"exported in {time.time() - start:.0f} s", flush=True)
@@ -285,10 +286,11 @@ class _Peers:
         tuple(example[name] for name in names), path,
         input_names=names, output_names=["last_hidden_state", "pooler_output"],
         dynamic_axes=axes, dynamo=False, opset_version=17)
-    return self._session(path)
+    return self._session(path, "onnx")
 
-  def _session(self, path):
-    """ONNX Runtime on the ONNX model at `path`, after BertTokenizerFast."""
+  def _session(self, path, peer):
+    """ONNX Runtime on the ONNX model at `path`, after BertTokenizerFast;
+    the session alone is `self.models[peer]` (the breakdown)."""
     import onnxruntime  # pylint: disable=g-import-not-at-top
     names = ["input_ids", "attention_mask", "token_type_ids"]
     options = onnxruntime.SessionOptions()
@@ -299,8 +301,7 @@ class _Peers:
     def model(encoded):
       return session.run(None, {name: encoded[name].astype("int64")
                                 for name in names})
-    self.models["onnx_int8" if "int8" in os.path.basename(path)
-                else "onnx"] = model
+    self.models[peer] = model
     return lambda texts: model(self._encode(texts, "np"))
 
 
@@ -391,13 +392,14 @@ def _measure(peers, workloads, rounds):
   return times
 
 
-def _length_scan(peers, config, rounds):
+def _length_scan(peers, rounds):
   """Prints one text's median ms at 8..64 positions: each peer's model on
   ids, `xla` from a text of that length, and the float32 matmuls alone
   (the 6 dense kernels of each layer, random, in one tf.function: what
   TensorFlow's matmuls cost before any other op)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  config = peers.config
   hidden, inner = config.hidden_size, config.intermediate_size
   rng = np.random.default_rng(0)
   kernels = [tf.Variable(rng.normal(0, 0.02, shape).astype(np.float32))
@@ -425,8 +427,8 @@ def _length_scan(peers, config, rounds):
 
   print("one text by length, median ms: the models on ids; xla from text; "
         "TensorFlow's float32 matmuls alone")
+  word = peers.tokenizer.convert_tokens_to_ids("the")
   for length in (8, 16, 24, 32, 64):
-    word = peers.tokenizer.convert_tokens_to_ids("the")
     ids = np.full((1, length), word, np.int32)
     ids[0, 0], ids[0, -1] = peers.tokenizer.cls_token_id, \
         peers.tokenizer.sep_token_id
@@ -567,7 +569,7 @@ def main(argv):
       if args.bfloat16_accuracy:
         _bfloat16_accuracy(peers, short, args)
       if args.length_scan:
-        _length_scan(peers, peers.config, rounds)
+        _length_scan(peers, rounds)
       _measure(peers, workloads, 1)  # Warm-up: first calls, all shapes.
       times = _measure(peers, workloads, rounds)
       _report(name, peers, times, workloads)
