@@ -151,7 +151,7 @@ def theirs(work, turn, rows):
   import datasets  # pylint: disable=g-import-not-at-top
   import sentence_transformers as st  # pylint: disable=g-import-not-at-top
   from sentence_transformers.sentence_transformer import losses  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import embedding_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.embedding import embedding_task  # pylint: disable=g-import-not-at-top
   model = st.SentenceTransformer(os.path.join(work, "start_st"),
                                  device="cpu")
   train = datasets.Dataset.from_dict(dict(zip(

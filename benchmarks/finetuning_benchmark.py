@@ -163,8 +163,8 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   from transformers import BertForSequenceClassification  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import classifier_metrics  # pylint: disable=g-import-not-at-top
+  from official_bert.data import text_files  # pylint: disable=g-import-not-at-top
+  from official_bert.training import classifier_metrics  # pylint: disable=g-import-not-at-top
   sizes = ((FLAGS.long_train, FLAGS.long_predict) if kind == "long"
            else (FLAGS.train_examples, FLAGS.predict_examples))
   topics = sorted(short_task.TOPICS)
@@ -187,12 +187,12 @@ def classification_task(kind, work, tokenizer, collator, hf_dir):
   short_task.write_tsv(os.path.join(task, "train.tsv"), train)
   short_task.write_tsv(os.path.join(task, "dev.tsv"), dev)
   short_task.write_tsv(os.path.join(task, "test.tsv"), dev, with_label=False)
-  columns = classifier_data.Columns("sentence", None, "label")
+  columns = text_files.Columns("sentence", None, "label")
   encoded = {}
   for split in ("train", "dev"):
-    examples = classifier_data.read_examples(
+    examples = text_files.read_examples(
         os.path.join(task, f"{split}.tsv"), columns)
-    encoded[split] = (classifier_data.encode(examples, tokenizer, 128),
+    encoded[split] = (text_files.encode(examples, tokenizer, 128),
                       np.array([label_of(e.label or "") for e in examples]))
   lengths = encoded["train"][0]["input_mask"].sum(1)
   info = (f"{len(train)} train, {len(dev)} dev; pieces mean "
@@ -255,23 +255,23 @@ def squad_task(work, tokenizer, collator, hf_dir):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   from transformers import BertForQuestionAnswering  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad_answers  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_answers  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_metrics  # pylint: disable=g-import-not-at-top
   from tools import squad_task as squad_tool  # pylint: disable=g-import-not-at-top
   task = os.path.join(work, "squad")
   splits = squad_tool.write_task(task, max_train=FLAGS.squad_train,
                                  max_dev=FLAGS.squad_predict)
-  train_examples = squad.read_squad_examples(
+  train_examples = squad_data.read_squad_examples(
       os.path.join(task, "train.json"), True, False)
-  dev_examples = squad.read_squad_examples(
+  dev_examples = squad_data.read_squad_examples(
       os.path.join(task, "dev.json"), False, False)
   import random  # pylint: disable=g-import-not-at-top
   random.Random(FLAGS.seed).shuffle(train_examples)  # as run_squad
   features = {
-      "train": squad.convert_examples_to_features(
+      "train": squad_data.convert_examples_to_features(
           train_examples, tokenizer, 384, 128, 64, True),
-      "dev": squad.convert_examples_to_features(
+      "dev": squad_data.convert_examples_to_features(
           dev_examples, tokenizer, 384, 128, 64, False)}
   lengths = np.array([sum(f.input_mask) for f in features["train"]])
   info = (f"{len(train_examples)} train questions -> "
@@ -295,13 +295,13 @@ def squad_task(work, tokenizer, collator, hf_dir):
   def hf():
     torch.manual_seed(FLAGS.seed)
     model = BertForQuestionAnswering.from_pretrained(hf_dir)
-    inputs, labels = squad.feature_arrays(features["train"], True)
+    inputs, labels = squad_data.feature_arrays(features["train"], True)
     trainer = hf_trainer(model, short_task.hf_features(inputs, labels), work,
                          len(features["train"]), collator)
     _, train_s, load = timed(trainer.train)
 
     def predict():
-      dev_inputs = squad.feature_arrays(features["dev"])
+      dev_inputs = squad_data.feature_arrays(features["dev"])
       out = trainer.predict(short_task.hf_features(dev_inputs)).predictions
       starts, ends = out  # padded to each batch's longest by -100: fill
       full = np.full((len(features["dev"]), 384), -1e4, np.float32)

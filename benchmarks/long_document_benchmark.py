@@ -114,10 +114,10 @@ def _encoded(tsv, max_seq_length):
   """(examples, our encoded arrays) of `tsv`, each text cut to its first
   `max_seq_length` pieces."""
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
-  examples = classifier_data.read_examples(
-      tsv, classifier_data.Columns("sentence", None, "label"))
-  return examples, classifier_data.encode(
+  from official_bert.data import text_files  # pylint: disable=g-import-not-at-top
+  examples = text_files.read_examples(
+      tsv, text_files.Columns("sentence", None, "label"))
+  return examples, text_files.encode(
       examples, tokenization.FullTokenizer(VOCAB, True), max_seq_length)
 
 

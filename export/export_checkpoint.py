@@ -54,7 +54,7 @@ def export(export_dir, fmt, bert_config_file, init_checkpoint, vocab_file,
   from export import checkpoint_heads  # pylint: disable=g-import-not-at-top
   from export import hf_export  # pylint: disable=g-import-not-at-top
   from export import saved_model_io  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import embedding_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.embedding import embedding_task  # pylint: disable=g-import-not-at-top
   if fmt not in FORMATS:
     raise ValueError(f"--format={fmt} is not one of {', '.join(FORMATS)}")
   export_dir = os.path.abspath(export_dir)

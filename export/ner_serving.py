@@ -37,7 +37,7 @@ from export import serving
 from export import serving_weights
 from export import tfhub_modules
 from official_bert.data import tokenization
-from official_bert.tasks import ner
+from official_bert.tasks.ner import ner_data
 
 WARMUP_TEXTS = ("Call os.path.join() on the PATH entries .",
                 "EU rejects German call to boycott British lamb .")
@@ -70,7 +70,7 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
   def _serve(self, text):
     words, byte_start, byte_end = (
         tf_text.WhitespaceTokenizer().tokenize_with_offsets(text))  # [B, (W)]
-    encoded = ner.encode_words(self._tokenizer.value, words,
+    encoded = ner_data.encode_words(self._tokenizer.value, words,
                                self.seq_length)
     inputs = {name: encoded[name] for name in
               ("input_word_ids", "input_mask", "input_type_ids")}

@@ -171,7 +171,7 @@ def tokenize_with_masks(tokenizer, texts):
       joined, parts.row_splits).merge_dims(1, 2)
 
 
-# The one packing of texts, shared with training (classifier_data.encode).
+# The one packing of texts, shared with training (text_files.encode).
 pack_to_longest = segment_packing.pack_to_longest
 
 

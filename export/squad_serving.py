@@ -14,9 +14,9 @@ graph (core TF + TF Text ops, the vocab as an asset):
            no_answer [B] bool: v2.0 models only, null_score_diff >
              null_score_diff_threshold (then answer is "")
 
-As run_squad.py (tasks/squad.py), with the same functions: the context is
+As run_squad.py (tasks/squad/squad_data.py), with the same functions: the context is
 split into words on whitespace, each word into WordPieces
-(`squad.context_pieces`); the question's pieces are cut to
+(`squad_data.context_pieces`); the question's pieces are cut to
 max_query_length; the context's pieces are covered by windows of
 seq_length - len(question) - 3 pieces, doc_stride apart, each piece
 predicted from the window that gives it the most context
@@ -57,8 +57,8 @@ from export import serving
 from export import serving_weights
 from export import tfhub_modules
 from official_bert.data import tokenization
-from official_bert.tasks import squad
-from official_bert.tasks import squad_windows
+from official_bert.tasks.squad import squad_data
+from official_bert.tasks.squad import squad_windows
 
 SIGNATURE = "serving_default"
 DEFAULT_WARMUP = (("Who wrote it?", "It was written by Guido van Rossum."),)
@@ -113,7 +113,7 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
     length = self.seq_length
     num_texts = tf.shape(context, out_type=tf.int64)[0]
     query = tokenizer.tokenize(question)[:, :self.max_query_length]  # [B, (Q)]
-    pieces = squad.context_pieces(tokenizer, context)
+    pieces = squad_data.context_pieces(tokenizer, context)
     doc = pieces["ids"].merge_dims(1, 2)                          # [B, (N)]
     piece_start = pieces["piece_start"].flat_values                # [Nt]
     piece_end = pieces["piece_end"].flat_values

@@ -40,7 +40,7 @@ from official_bert.training import checkpoint_names
 from official_bert.training import checkpoints
 from official_bert import configs
 from official_bert.modeling import pretrainer as pretrainer_lib
-from official_bert.tasks import embedding_task
+from official_bert.tasks.embedding import embedding_task
 
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 PREFIX_NAME = "bert_model.ckpt"

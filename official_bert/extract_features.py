@@ -69,7 +69,7 @@ def parse_layers(text, num_layers):
 
 def read_input(path):
   """`Example`s of the input file (text_b for `a ||| b` lines)."""
-  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.data import text_files  # pylint: disable=g-import-not-at-top
   examples = []
   with open(path, "rb") as f:
     for number, raw in enumerate(f, 1):
@@ -81,7 +81,7 @@ def read_input(path):
       if not line:
         continue
       a, _, b = line.partition(" ||| ")
-      examples.append(classifier_data.Example(a, b or None, None,
+      examples.append(text_files.Example(a, b or None, None,
                                               f"{path}:{number}"))
   if not examples:
     raise ValueError(f"--input_file {path} holds no text; write one example "
@@ -92,13 +92,13 @@ def read_input(path):
 def encode_mixed(examples, tokenizer, max_seq_length):
   """Packs single texts and pairs together (encode takes one kind at a time)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
+  from official_bert.data import text_files  # pylint: disable=g-import-not-at-top
   groups = {}
   for i, example in enumerate(examples):
     groups.setdefault(example.text_b is None, []).append(i)
   out = {}
   for indices in groups.values():
-    packed = classifier_data.encode([examples[i] for i in indices], tokenizer,
+    packed = text_files.encode([examples[i] for i in indices], tokenizer,
                                     max_seq_length)
     for name, values in packed.items():
       out.setdefault(name, np.zeros((len(examples), max_seq_length), np.int32))

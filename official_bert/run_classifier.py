@@ -10,11 +10,11 @@ google-research/bert's command runs as written, on a GLUE task by name:
       --max_seq_length=128 --train_batch_size=32 --learning_rate=2e-5 \\
       --num_train_epochs=3.0 --output_dir=/tmp/mrpc_output/
 
---task_name is one of tasks/glue.py's (CoLA, MNLI, MNLI-MM, MRPC, XNLI,
+--task_name is one of tasks/classification/glue.py's (CoLA, MNLI, MNLI-MM, MRPC, XNLI,
 SST-2, QQP, QNLI, RTE, WNLI, STS-B; any case), read from --data_dir in the
 GLUE download's layout. Without it, any data as files: --task_data_dir (or
 --data_dir) holds `train`, `dev` and `test` files (`.tsv`, `.csv` or
-`.jsonl`; see classifier_data.py) and column flags name the fields:
+`.jsonl`; see data/text_files.py) and column flags name the fields:
 
     python -m official_bert.run_classifier \\
       --task_data_dir=my_task --text_column=sentence --label_column=label ...
@@ -22,11 +22,11 @@ GLUE download's layout. Without it, any data as files: --task_data_dir (or
 Labels are the GLUE task's, or the training file's distinct values, sorted
 (kept in output_dir/label_list.json); STS-B and `--task_type=regression` fit
 one number. `--task_type=multi_label`: zero or more labels per example,
-joined by --label_separator (tasks/multi_label_task.py: a sigmoid per
+joined by --label_separator (tasks/classification/multi_label_task.py: a sigmoid per
 label; eval_micro_f1, eval_macro_f1, eval_f1_<label>, eval_subset_accuracy;
 --tune_thresholds). `--doc_stride=N`: a text longer than --max_seq_length
 is read as windows N WordPieces apart whose logits are combined
-(--window_aggregation; tasks/classifier_windows.py), not truncated; training
+(--window_aggregation; tasks/classification/classifier_windows.py), not truncated; training
 fits each window (--window_training=windows) or each text's combined
 windows (=documents). The
 loop is the pretraining trainer's (`trainer.py`: any tf.distribute
@@ -50,9 +50,9 @@ from absl import flags
 from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
-from official_bert.tasks import classification_task
-from official_bert.tasks import classifier_windows
-from official_bert.tasks import multi_label_task
+from official_bert.tasks.classification import classification_task
+from official_bert.tasks.classification import classifier_windows
+from official_bert.tasks.classification import multi_label_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 

@@ -13,7 +13,7 @@
 hard negative). Training is sentence-transformers'
 MultipleNegativesRankingLoss: each anchor against every positive (and hard
 negative) of its batch, cosine x 20, cross-entropy
-(tasks/embedding_task.py). --pooling: mean (over the tokens) or cls; unset,
+(tasks/embedding/embedding_task.py). --pooling: mean (over the tokens) or cls; unset,
 the run's own, the --init_checkpoint's pooling.json (convert_checkpoint
 writes one for a sentence-transformers model) or mean.
 
@@ -37,7 +37,7 @@ from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
 from official_bert.modeling import sentence_embedder
-from official_bert.tasks import embedding_task
+from official_bert.tasks.embedding import embedding_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 

@@ -10,7 +10,7 @@
 --task_data_dir holds `train`, `dev` (or `valid`) and `test` files (no
 extension, `.txt` or `.conll`): one word per line with its tag in the last
 column, a blank line between sentences, `-DOCSTART-` lines skipped (see
-tasks/ner.py). Tags are the training file's (label_list.json); the loss and
+tasks/ner/ner_data.py). Tags are the training file's (label_list.json); the loss and
 the prediction use each word's first WordPiece; long sentences are split into
 windows of --max_seq_length. The flags and the loop are run_classifier's
 (finetuning_flags.py, training/finetuner.py: strategy, mixed precision, XLA,
@@ -30,7 +30,7 @@ from absl import flags
 from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
-from official_bert.tasks import ner_task
+from official_bert.tasks.ner import ner_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 

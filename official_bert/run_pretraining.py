@@ -28,7 +28,7 @@ from absl import flags
 from official_bert import cli
 from official_bert import tpu_flags
 from official_bert import trainer_flags
-from official_bert.tasks import pretraining_task
+from official_bert.tasks.pretraining import pretraining_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 

@@ -13,13 +13,13 @@ tf.distribute strategy, mixed precision, XLA, --kernels, resume from
       --learning_rate=3e-5 --num_train_epochs=2.0 --max_seq_length=384 \\
       --doc_stride=128 --output_dir=/tmp/squad_base/
 
-Features, windows and predictions follow the original (tasks/squad.py,
+Features, windows and predictions follow the original (tasks/squad/squad_data.py,
 squad_answers.py).
 Writes to --output_dir: ckpt-<step> (a rerun resumes), flags.json,
 bert_config.json, predictions.json, nbest_predictions.json, with
 --version_2_with_negative null_odds.json (null score minus best span score
 per question), and when --predict_file has answers eval_results.txt: the
-official evaluation's numbers (tasks/squad_metrics.py; v2.0 with
+official evaluation's numbers (tasks/squad/squad_metrics.py; v2.0 with
 null_odds.json as the no-answer probabilities, as `evaluate-v2.0.py
 dev-v2.0.json predictions.json --na-prob-file null_odds.json`). With
 --export_dir, a TF Serving SavedModel: question and context text in, answer
@@ -32,7 +32,7 @@ from absl import flags
 from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
-from official_bert.tasks import question_answering_task
+from official_bert.tasks.squad import squad_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 
@@ -103,8 +103,8 @@ def main(argv):
   preemption.install()  # before anything slow: see preemption.py
   cpu_allocator.use_bfc()  # before TensorFlow loads
   _check_flags()
-  task = question_answering_task.SquadTask(trainer_flags.config_from_flags(
-      FLAGS, question_answering_task.SquadConfig))
+  task = squad_task.SquadTask(trainer_flags.config_from_flags(
+      FLAGS, squad_task.SquadConfig))
   finetuning_flags.run(FLAGS, task, "run_squad", _export)
 
 

@@ -9,7 +9,7 @@ The official evaluate-v2.0.py's command line, with our program in its place:
 `--na-prob-thresh/-t` (default 1.0), `--out-image-dir/-p`, `--verbose/-v`
 (accepted and, as in the official script, unused); the underscore spellings
 (`--na_prob_file`, `--na_prob_thresh`, `--out_file`, `--out_image_dir`) are
-aliases. The metrics are tasks/squad_metrics.py's.
+aliases. The metrics are tasks/squad/squad_metrics.py's.
 
 Output, as the official scripts: for a v2.0 file `json.dumps(out_eval,
 indent=2)` on stdout (`exact`, `f1`, `total`, `HasAns_*`, `NoAns_*`, with
@@ -33,8 +33,8 @@ import os
 import sys
 
 from official_bert import cli
-from official_bert.tasks import squad
-from official_bert.tasks import squad_metrics
+from official_bert.tasks.squad import squad_data
+from official_bert.tasks.squad import squad_metrics
 
 
 class _Parser(argparse.ArgumentParser):
@@ -171,7 +171,7 @@ def main(argv):
   plt = _pyplot() if opts.out_image_dir else None
   data_file, prediction_file = opts.data_file, opts.pred_file
   try:
-    data = squad.load_squad_json(data_file)
+    data = squad_data.load_squad_json(data_file)
     with open(data_file, encoding="utf-8") as f:
       version = str(json.load(f).get("version", ""))
   except ValueError as e:

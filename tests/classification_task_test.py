@@ -1,4 +1,4 @@
-"""tasks/classification_task.py: eval_results, the loss, the labels' order
+"""tasks/classification/classification_task.py: eval_results, the loss, the labels' order
 and test_results.tsv, on hand-computed numbers (no training)."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from official_bert.tasks import classification_task
+from official_bert.tasks.classification import classification_task
 from tests import testing
 
 

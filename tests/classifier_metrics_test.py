@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from official_bert.tasks import classifier_metrics
+from official_bert.training import classifier_metrics
 
 
 def test_classification_metrics_match_hand_computation():

@@ -1,4 +1,4 @@
-"""run_embedding (tasks/embedding_task.py): the loss against
+"""run_embedding (tasks/embedding/embedding_task.py): the loss against
 sentence-transformers' MultipleNegativesRankingLoss and numpy, the retrieval
 metrics on a hand-made case, and the program: eval_results.txt equals the
 metrics recomputed from the export's `sentence_embedding`, sentence-
@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from official_bert.tasks import embedding_task
+from official_bert.tasks.embedding import embedding_task
 from tests import testing
 # The tiny config (BERT's vocabulary, 32 positions), eval_results.txt read.
 from tests.multi_label_test import _config, _results  # pylint: disable=g-bad-import-order

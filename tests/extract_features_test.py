@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from official_bert.training import checkpoints
-from official_bert.tasks import classifier_data
+from official_bert.data import text_files
 from official_bert.modeling import encoder as encoder_lib
 from official_bert import extract_features
 from official_bert.data import tokenization
@@ -49,7 +49,7 @@ def test_jsonl_holds_the_encoders_vectors(tmp_path):
   examples = extract_features.read_input(str(tmp_path / "input.txt"))
   assert examples[1].text_b == "It is in the text."
   for row, example in zip(rows, examples):
-    packed = classifier_data.encode([example], tokenizer, 16)
+    packed = text_files.encode([example], tokenizer, 16)
     n = int(packed["input_mask"].sum())
     # Each example alone, unpadded: padding in the batch must not matter.
     x = {k: v[:, :n] for k, v in packed.items()}

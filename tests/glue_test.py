@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from official_bert.tasks import glue
+from official_bert.tasks.classification import glue
 
 Q = '"'  # A quote inside a text: GLUE files are not quoted.
 

@@ -1,4 +1,4 @@
-"""run_classifier --doc_stride (tasks/classifier_windows.py): the windows'
+"""run_classifier --doc_stride (tasks/classification/classifier_windows.py): the windows'
 starts and pieces for known piece counts, the max/mean combination against
 numpy, and the program: on tools/long_document_task.py's task (the label is
 one sentence anywhere in the document) a small BERT reading every window
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from official_bert.modeling import finetuning_models
-from official_bert.tasks import classifier_windows
+from official_bert.tasks.classification import classifier_windows
 from tests import testing
 from tools import long_document_task
 
@@ -175,8 +175,8 @@ def test_multi_label_windows_train_per_window_and_predict_per_text(tmp_path):
   logit is 1 in a window holding its word, else -1)."""
   testing.require_shared_data()
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import classification_task  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import multi_label_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.classification import classification_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.classification import multi_label_task  # pylint: disable=g-import-not-at-top
   filler = " ".join(["the"] * 20)
   (tmp_path / "train.tsv").write_text(
       f"sentence\ttags\nbread {filler}\tfood\n{filler} piano\tmusic\n"

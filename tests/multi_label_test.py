@@ -1,4 +1,4 @@
-"""run_classifier --task_type=multi_label (tasks/multi_label_task.py): the
+"""run_classifier --task_type=multi_label (tasks/classification/multi_label_task.py): the
 metrics on a hand-computed confusion, threshold tuning against brute force,
 the loss against numpy, and the program: a small BERT learns which topics a
 sentence mentions, eval_results.txt equals the metrics recomputed from the
@@ -12,8 +12,8 @@ import random
 import numpy as np
 import pytest
 
-from official_bert.tasks import classifier_metrics
-from official_bert.tasks import multi_label_task
+from official_bert.training import classifier_metrics
+from official_bert.tasks.classification import multi_label_task
 from tests import testing
 
 FILLER = "the a of on in was is it and to for with by at from this".split()

@@ -1,16 +1,16 @@
-"""tasks/ner_task.py: each word's tag read at its first piece across
+"""tasks/ner/ner_task.py: each word's tag read at its first piece across
 windows, the loss over labelled positions only, eval_results' entity
 figures, and the tags' checks (no training)."""
 
 import numpy as np
 import pytest
 
-from official_bert.tasks import ner
-from official_bert.tasks import ner_task
+from official_bert.tasks.ner import ner_data
+from official_bert.tasks.ner import ner_task
 
 
 def _sentence(words, tags):
-  return ner.Sentence(tuple(words), tuple(tags), "x:1")
+  return ner_data.Sentence(tuple(words), tuple(tags), "x:1")
 
 
 def test_word_tags_read_each_words_first_piece_across_windows():

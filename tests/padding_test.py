@@ -104,11 +104,11 @@ def test_predictions_equal_fixed_length_padding(kind, kernels):
 
 
 def _losses(kind):
-  from official_bert.tasks import classification_task  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import ner_task  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import question_answering_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.classification import classification_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.ner import ner_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_task  # pylint: disable=g-import-not-at-top
   return {"classifier": classification_task.classifier_losses,
-          "span": question_answering_task.squad_losses,
+          "span": squad_task.squad_losses,
           "token": ner_task.token_losses}[kind]
 
 

@@ -1,4 +1,4 @@
-"""tasks/pretraining_task.py: the evaluation's sums and eval_results.txt's
+"""tasks/pretraining/pretraining_task.py: the evaluation's sums and eval_results.txt's
 values against numpy, and the sentences a bad record or a changed config
 becomes (no training)."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from official_bert import cli
-from official_bert.tasks import pretraining_task
+from official_bert.tasks.pretraining import pretraining_task
 from tests import testing
 
 

@@ -370,7 +370,7 @@ FLAGS_CHECKED_BLOCKS = {
         "tests/run_ner_test.py::"
         "test_trains_predicts_exports_and_resumes_after_sigkill: train, "
         "eval_f1, predict and the export (CoNLL-2003's files: "
-        "tests/ner_test.py)"),
+        "tests/ner_data_test.py)"),
     "squad": (
         "tests/original_readme_test.py::"
         "test_tpu_commands_say_no_tpu_can_be_reached: run_squad v2.0 on "

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from official_bert.tasks import classification_task
+from official_bert.tasks.classification import classification_task
 from tests import testing
 
 # Document ranges of the shared corpus (470 documents in the order of the

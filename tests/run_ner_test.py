@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from official_bert.tasks import ner
+from official_bert.tasks.ner import ner_data
 from tests import testing
 from tools import pydocs_ner
 
@@ -82,7 +82,7 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
       tf.train.latest_checkpoint(str(out_dir)))
 
   # test_predictions.txt: every test word with its gold and predicted tag.
-  sentences = ner.read_conll(os.path.join(task, "test.txt"))
+  sentences = ner_data.read_conll(os.path.join(task, "test.txt"))
   with open(out_dir / "test_predictions.txt", encoding="utf-8") as f:
     blocks = [b.splitlines() for b in f.read().strip("\n").split("\n\n")]
   assert len(blocks) == len(sentences)
@@ -94,7 +94,7 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
     predicted.append([r[2] for r in rows])
   # eval_results.txt (dev = test here) is the entity metric of those tags,
   # as seqeval (conlleval's reference in Python) computes it, not as the
-  # program's own ner.entity_metrics does.
+  # program's own ner_data.entity_metrics does.
   from seqeval import metrics as seqeval_metrics  # pylint: disable=g-import-not-at-top
   with open(out_dir / "eval_results.txt") as f:
     results = {k: float(v) for k, v in (line.split(" = ") for line in f)}

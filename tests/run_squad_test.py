@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from official_bert.tasks import squad_metrics
+from official_bert.tasks.squad import squad_metrics
 from tests import testing
 from tools import squad_task
 

@@ -23,7 +23,7 @@ from official_bert.training import checkpoints
 from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.data import tokenization
-from official_bert.tasks import classifier_data
+from official_bert.data import text_files
 from tests import testing
 
 VOCAB = os.path.join(testing.TESTDATA, "export_vocab.txt")
@@ -432,10 +432,10 @@ def test_training_and_serving_pack_empty_and_long_second_texts_alike():
   pairs = [(long, ""), (long, "  \t "), (long, "\x00\u200b"), ("the dog", ""),
            (long, "the dog"), ("the dog", long), ("the cat sat", "the mat on"),
            (long, long)]
-  examples = [classifier_data.Example(a, b, None, f"t:{i}")
+  examples = [text_files.Example(a, b, None, f"t:{i}")
               for i, (a, b) in enumerate(pairs)]
   seq = 11
-  train = classifier_data.encode(examples, tokenizer, max_seq_length=seq)
+  train = text_files.encode(examples, tokenizer, max_seq_length=seq)
   a, b = (tokenizer.tokenize(tf.constant([p[k] for p in pairs]))
           for k in (0, 1))
   serve = serving.pack_to_longest([a, b], seq, tokenizer.cls_id,

@@ -67,12 +67,12 @@ def test_classifier_pairs_same_ids_and_probabilities(tokenizer, tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from export import serving  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import classifier_data  # pylint: disable=g-import-not-at-top
-  examples = [classifier_data.Example(text=a, text_b=b, label=None,
+  from official_bert.data import text_files  # pylint: disable=g-import-not-at-top
+  examples = [text_files.Example(text=a, text_b=b, label=None,
                                       where=f"case {i}")
               for i, (a, b) in enumerate(PAIRS)]
-  # The training programs' path (run_classifier: classifier_data.encode).
-  inputs = classifier_data.encode(examples, tokenizer, SEQ)
+  # The training programs' path (run_classifier: text_files.encode).
+  inputs = text_files.encode(examples, tokenizer, SEQ)
   # The export's packing, on the same texts.
   packed = serving.pack_to_longest(
       [tokenizer.tokenize(tf.constant([a for a, _ in PAIRS])),
@@ -116,15 +116,15 @@ def test_ner_same_tags_and_character_offsets(tokenizer, tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from export import ner_serving  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import ner  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.ner import ner_data  # pylint: disable=g-import-not-at-top
   labels = ["O", "B-X", "I-X", "B-Y", "I-Y"]
-  sentences = [ner.Sentence(tuple(t.split(" ")), ("O",) * len(t.split(" ")),
+  sentences = [ner_data.Sentence(tuple(t.split(" ")), ("O",) * len(t.split(" ")),
                             f"case {i}") for i, t in enumerate(NER_TEXTS)]
   keras.utils.set_random_seed(2)
   model = finetuning_models.BertTokenClassifier.from_bert_config(
       _config(), len(labels))
-  # run_ner's path: ner.encode, the model, each word's first piece.
-  inputs, window, position, _ = ner.encode(sentences, tokenizer, SEQ)
+  # run_ner's path: ner_data.encode, the model, each word's first piece.
+  inputs, window, position, _ = ner_data.encode(sentences, tokenizer, SEQ)
   assert window.max() + 1 > len(sentences)  # a text needed several windows
   logits = np.asarray(model(inputs, training=False))
   ids = logits[window, position].argmax(-1)
@@ -167,8 +167,8 @@ def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path,
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from export import squad_serving  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad_answers  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_data  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_answers  # pylint: disable=g-import-not-at-top
   seq, stride, query = 32, 8, 12
   path = tmp_path / "predict.json"
   path.write_text(json.dumps({"version": "1.1", "data": [{
@@ -177,13 +177,13 @@ def test_squad_same_answers_and_character_offsets(tokenizer, tmp_path,
                                   "answers": []}]}
           for i, (q, c) in enumerate(SQUAD_CASES)]}]}), encoding="utf-8")
   # run_squad's path: the reader, the windows, the model, postprocess.
-  examples = squad.read_squad_examples(str(path), False, False)
-  features = squad.convert_examples_to_features(
+  examples = squad_data.read_squad_examples(str(path), False, False)
+  features = squad_data.convert_examples_to_features(
       examples, tokenizer, seq, stride, query, False)
   assert len(features) > len(examples)  # long contexts: several windows
   keras.utils.set_random_seed(3)
   model = finetuning_models.BertSpanLabeler.from_bert_config(_config())
-  logits = model(squad.feature_arrays(features), training=False)
+  logits = model(squad_data.feature_arrays(features), training=False)
   predictions, _, _ = squad_answers.postprocess(
       examples, features, np.asarray(logits["start_logits"]).tolist(),
       np.asarray(logits["end_logits"]).tolist(), tokenizer.vocab,

@@ -3,7 +3,7 @@
 The expected output comes from `_official_v2` / `_official_v1` below: short
 transcriptions of evaluate-v2.0.py's and evaluate-v1.1.py's published code
 (their own normalize_answer, F1, thresholds, PR curves and printing), not
-from tasks/squad_metrics.py, so the command is compared byte for byte with
+from tasks/squad/squad_metrics.py, so the command is compared byte for byte with
 what the official scripts print.
 """
 

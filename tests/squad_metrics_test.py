@@ -7,7 +7,7 @@ scripts' definitions (evaluate-v1.1.py, evaluate-v2.0.py), in the comments.
 
 import pytest
 
-from official_bert.tasks import squad_metrics
+from official_bert.tasks.squad import squad_metrics
 
 
 def _data(questions):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert.tasks import squad_windows
+from official_bert.tasks.squad import squad_windows
 
 CLS, SEP = 2, 3
 _DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
@@ -209,17 +209,17 @@ def test_features_do_not_depend_on_the_batch_size(is_training):
   Catches a batch's example indices or unique ids restarting at 0, and an
   answer mapped in the wrong example's windows."""
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_data  # pylint: disable=g-import-not-at-top
   from tests import testing  # pylint: disable=g-import-not-at-top
   testing.require_shared_data()
   tokenizer = tokenization.FullTokenizer(testing.VOCAB, True)
-  examples = squad.read_squad_examples(
+  examples = squad_data.read_squad_examples(
       os.path.join(testing.SHARED_DATA, "squad_v2_sample.json"), is_training,
       True)
-  one = squad.convert_examples_to_features(examples, tokenizer, 48, 16, 12,
+  one = squad_data.convert_examples_to_features(examples, tokenizer, 48, 16, 12,
                                            is_training)
   assert len(one) > 2 * len(examples)  # several windows per context
   assert sum(not f.is_impossible for f in one) > 3 or not is_training
-  batched = squad.convert_examples_to_features(
+  batched = squad_data.convert_examples_to_features(
       examples, tokenizer, 48, 16, 12, is_training, batch_size=3)
   assert batched == one

@@ -14,12 +14,12 @@ import inspect
 
 import pytest
 
-from official_bert.tasks import classification_task
-from official_bert.tasks import embedding_task
-from official_bert.tasks import multi_label_task
-from official_bert.tasks import ner_task
-from official_bert.tasks import pretraining_task
-from official_bert.tasks import question_answering_task
+from official_bert.tasks.classification import classification_task
+from official_bert.tasks.embedding import embedding_task
+from official_bert.tasks.classification import multi_label_task
+from official_bert.tasks.ner import ner_task
+from official_bert.tasks.pretraining import pretraining_task
+from official_bert.tasks.squad import squad_task
 from official_bert.training import driver
 from official_bert.training import finetuner
 from official_bert.training import task as task_lib
@@ -41,8 +41,8 @@ def _tasks():
        task_lib.FinetuningTask),
       (embedding_task.EmbeddingTask(embedding_task.EmbeddingConfig(
           data_dir="d", output_dir="o")), task_lib.FinetuningTask),
-      (question_answering_task.SquadTask(
-          question_answering_task.SquadConfig()), task_lib.FinetuningTask),
+      (squad_task.SquadTask(
+          squad_task.SquadConfig()), task_lib.FinetuningTask),
       (pretraining_task.PretrainingTask(pretraining_task.PretrainingConfig(
           input_file="in", bert_config_file="bert_config.json")),
        task_lib.Task),

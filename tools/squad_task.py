@@ -23,7 +23,7 @@ import os
 import random
 import re
 
-from official_bert.tasks import squad_metrics
+from official_bert.tasks.squad import squad_metrics
 from tools import corpus
 
 _SPAN = re.compile(

@@ -1,7 +1,7 @@
 """`[CLS] a [SEP] (b [SEP])` model inputs from WordPieces, in TF ops.
 
 The one packing of single texts and text pairs: run_classifier's training,
-evaluation and prediction (`tasks/classifier_data.encode`, every row padded
+evaluation and prediction (`data/text_files.encode`, every row padded
 to `seq_length`) and the exported text signatures (`export/serving.py`,
 padded to the longest row of the request) both call `pack_to_longest`, so
 they cannot disagree on truncation.

@@ -117,7 +117,7 @@ class BertDocumentClassifier(BertClassifier):
   """A `BertClassifier` that also reads a document as its windows.
 
   For run_classifier's `--window_training=documents`: a training example is
-  a document's windows (`tasks/classifier_windows.py`), and its logits are
+  a document's windows (`tasks/classification/classifier_windows.py`), and its logits are
   the windows' logits combined by `aggregation`, so the loss sees what
   evaluation and serving predict. "max": per class, the largest over the
   windows (the gradient reaches the window that gave it, so a label that

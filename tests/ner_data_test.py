@@ -1,4 +1,4 @@
-"""tasks/ner.py: CoNLL reading, word windows, and the entity metric checked
+"""tasks/ner/ner_data.py: CoNLL reading, word windows, and the entity metric checked
 against seqeval (the reference implementation of conlleval's figures)."""
 
 import random
@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from official_bert.tasks import ner
+from official_bert.tasks.ner import ner_data
 from tests import testing
 
 
@@ -18,13 +18,13 @@ def test_reads_conll_2003_files(tmp_path):
       "Peter\tB-PER\nBlackburn\tI-PER\n"
       "-DOCSTART- -X- -X- O\n"
       "os.path  B-MOD\n", encoding="utf-8")
-  sentences = ner.read_conll(str(path))
+  sentences = ner_data.read_conll(str(path))
   assert [s.words for s in sentences] == [
       ("EU", "rejects", "German"), ("Peter", "Blackburn"), ("os.path",)]
   assert [s.tags for s in sentences] == [
       ("B-ORG", "O", "B-MISC"), ("B-PER", "I-PER"), ("B-MOD",)]
   assert sentences[1].where == f"{path}:8"
-  assert ner.label_list(sentences) == ["B-MISC", "B-MOD", "B-ORG", "B-PER",
+  assert ner_data.label_list(sentences) == ["B-MISC", "B-MOD", "B-ORG", "B-PER",
                                        "I-PER", "O"]
 
 
@@ -33,14 +33,14 @@ def test_a_line_without_tag_names_file_and_line(tmp_path):
   path.write_text("EU B-ORG\n\nrejects O\nGerman\ncall O\n", encoding="utf-8")
   with pytest.raises(ValueError, match=rf"{path}:4: the line 'German' has "
                      r"no tag; each line must be `word ... tag`"):
-    ner.read_conll(str(path))
+    ner_data.read_conll(str(path))
   (tmp_path / "empty.txt").write_text("-DOCSTART- O\n\n")
   with pytest.raises(ValueError, match=r"empty.txt has no sentences"):
-    ner.read_conll(str(tmp_path / "empty.txt"))
-  sentences = ner.read_conll(_write(tmp_path / "ok.txt", "a O\nb B-X\n"))
+    ner_data.read_conll(str(tmp_path / "empty.txt"))
+  sentences = ner_data.read_conll(_write(tmp_path / "ok.txt", "a O\nb B-X\n"))
   with pytest.raises(ValueError, match=r"ok.txt:1 \(sentence starting "
                      r"there\): the tag 'B-X' of 'b' is not among"):
-    ner.tag_ids(sentences, ["O"])
+    ner_data.tag_ids(sentences, ["O"])
 
 
 def _write(path, text):
@@ -51,12 +51,12 @@ def _write(path, text):
 def test_conlleval_chunks_by_hand():
   # IOB1 (CoNLL-2003's own): I- after O starts a chunk, B- splits two
   # adjacent chunks of one type.
-  assert ner.entities(["I-PER", "I-PER", "B-PER", "O", "I-LOC"]) == {
+  assert ner_data.entities(["I-PER", "I-PER", "B-PER", "O", "I-LOC"]) == {
       ("PER", 0, 1), ("PER", 2, 2), ("LOC", 4, 4)}
   # A type change ends a chunk even inside I-s; IOBES's E-/S- end one.
-  assert ner.entities(["B-PER", "I-LOC", "E-LOC", "S-ORG", "I-ORG"]) == {
+  assert ner_data.entities(["B-PER", "I-LOC", "E-LOC", "S-ORG", "I-ORG"]) == {
       ("PER", 0, 0), ("LOC", 1, 2), ("ORG", 3, 3), ("ORG", 4, 4)}
-  metrics = ner.entity_metrics([["B-PER", "I-PER", "O", "B-LOC"]],
+  metrics = ner_data.entity_metrics([["B-PER", "I-PER", "O", "B-LOC"]],
                                [["B-PER", "O", "O", "B-LOC"]])
   assert metrics["precision"] == metrics["recall"] == 0.5
   assert metrics["f1_LOC"] == 1.0 and metrics["f1_PER"] == 0.0
@@ -86,7 +86,7 @@ def test_entity_metrics_equal_seqeval(scheme):
   # Predictions: gold with some tags changed, so there are hits and misses.
   predicted = [[t if rng.random() < 0.7 else sentence(1)[0] for t in s]
                for s in gold]
-  ours = ner.entity_metrics(gold, predicted)
+  ours = ner_data.entity_metrics(gold, predicted)
   assert ours["f1"] > 0.2 and ours["num_gold_entities"] > 500
   assert ours["precision"] == pytest.approx(
       seqeval.precision_score(gold, predicted), abs=1e-12)
@@ -108,16 +108,16 @@ def test_words_are_packed_into_windows_with_labels_on_first_pieces():
   tokenizer = tokenization.FullTokenizer(testing.VOCAB, do_lower_case=True)
   seq = 9  # windows of 7 pieces
   sentences = [
-      ner.Sentence(("Call", "os.path.join()", "now"), ("O", "B-F", "O"), "a"),
+      ner_data.Sentence(("Call", "os.path.join()", "now"), ("O", "B-F", "O"), "a"),
       # 14 one-piece words: two full windows of 7.
-      ner.Sentence(tuple("a b c d e f g h i j k l m n".split()),
+      ner_data.Sentence(tuple("a b c d e f g h i j k l m n".split()),
                    tuple("O" * 13 + "B"), "b"),
-      ner.Sentence(("\x07", "Unbelievably", "x"), ("O", "B-F", "O"), "c"),
-      ner.Sentence(("z",), ("B-F",), "d"),
+      ner_data.Sentence(("\x07", "Unbelievably", "x"), ("O", "B-F", "O"), "c"),
+      ner_data.Sentence(("z",), ("B-F",), "d"),
   ]
   labels = ["B", "B-F", "O"]
-  ids = ner.tag_ids(sentences, labels)
-  inputs, window, position, window_labels = ner.encode(
+  ids = ner_data.tag_ids(sentences, labels)
+  inputs, window, position, window_labels = ner_data.encode(
       sentences, tokenizer, seq, ids)
   words = [w for s in sentences for w in s.words]
   sentence_of = [i for i, s in enumerate(sentences) for _ in s.words]

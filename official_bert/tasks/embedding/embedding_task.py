@@ -1,7 +1,7 @@
 """Sentence embeddings trained for search: run_embedding's task.
 
 Data: `train`, `dev` and `test` files found as run_classifier finds them
-(classifier_data.py: `.tsv`, `.csv` or `.jsonl`), with an anchor column, a
+(text_files.py: `.tsv`, `.csv` or `.jsonl`), with an anchor column, a
 positive column (a text the anchor should find) and, when the training
 file has it, a negative column (a hard negative: a text it should not).
 The model (`BertSentenceEmbedder`) pools the encoder's last layer, by
@@ -35,7 +35,7 @@ from typing import Optional
 
 import numpy as np
 
-from official_bert.tasks import classifier_data
+from official_bert.data import text_files
 
 SCALE = 20.0  # sentence-transformers' scale (temperature 0.05)
 POOLING_FILE = "pooling.json"
@@ -236,21 +236,21 @@ class EmbeddingTask:
 
   def _read_split(self, split):
     config = self.config
-    path = classifier_data.find_split_file(config.data_dir, split)
+    path = text_files.find_split_file(config.data_dir, split)
     columns = {"anchor": config.anchor_column}
     if split != "test":
       columns["positive"] = config.positive_column
-    rows = classifier_data.read_rows(path, {})  # the file, read once
+    rows = text_files.read_rows(path, {})  # the file, read once
     if (split == "train" and config.negative_column and
         config.negative_column in rows[0][1]):
       columns["negative"] = config.negative_column
       self.roles = ROLES
-    classifier_data.check_columns(
+    text_files.check_columns(
         rows, {name: f"--{role}_column" for role, name in columns.items()})
     texts = {role: [] for role in columns}
     for where, row in rows:
       for role, name in columns.items():
-        text = classifier_data.cell_text(row[name])
+        text = text_files.cell_text(row[name])
         if not text.strip():
           raise ValueError(f"{where}: the {role} ({name!r}) is empty; every "
                            f"pair needs an anchor and a positive"
@@ -261,11 +261,11 @@ class EmbeddingTask:
     return [w for w, _ in rows], texts, None
 
   def encode(self, tokenizer, max_seq_length):
-    """Packs each text as `[CLS] text [SEP]` (classifier_data.encode)."""
+    """Packs each text as `[CLS] text [SEP]` (text_files.encode)."""
     self.tokenizer = tokenizer
     for split, (wheres, texts, _) in list(self.splits.items()):
-      inputs = {role: classifier_data.encode(
-          [classifier_data.Example(t, None, None, w)
+      inputs = {role: text_files.encode(
+          [text_files.Example(t, None, None, w)
            for t, w in zip(role_texts, wheres)], tokenizer, max_seq_length)
                 for role, role_texts in texts.items()}
       self.splits[split] = (wheres, texts, inputs)

@@ -1,7 +1,7 @@
 """Sentence (pair) classification and regression: run_classifier's task.
 
 Everything about the task in one place: reading the splits (a GLUE task by
-name, tasks/glue.py, or files named by their columns, tasks/classifier_data.py),
+name, tasks/classification/glue.py, or files named by their columns, data/text_files.py),
 encoding them, the model (`BertClassifier`), its loss and training metric,
 eval_results.txt's values, test_results.tsv and the best metric. The program
 builds a `ClassificationConfig` from its flags; training/finetuner.py's
@@ -23,10 +23,10 @@ from typing import Optional
 
 import numpy as np
 
-from official_bert.tasks import classifier_data
-from official_bert.tasks import classifier_metrics
-from official_bert.tasks import classifier_windows
-from official_bert.tasks import glue
+from official_bert.data import text_files
+from official_bert.training import classifier_metrics
+from official_bert.tasks.classification import classifier_windows
+from official_bert.tasks.classification import glue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,10 +188,10 @@ class ClassificationTask:
 
   def _read_file(self, split):
     config = self.config
-    columns = classifier_data.Columns(config.text_column, config.text_b_column,
+    columns = text_files.Columns(config.text_column, config.text_b_column,
                                       config.label_column)
-    path = classifier_data.find_split_file(config.data_dir, split)
-    return classifier_data.read_examples(path, columns,
+    path = text_files.find_split_file(config.data_dir, split)
+    return text_files.read_examples(path, columns,
                                          require_label=split != "test")
 
   def _file_labels(self):
@@ -203,7 +203,7 @@ class ClassificationTask:
       with open(saved, encoding="utf-8") as f:
         return json.load(f)
     if any(os.path.exists(os.path.join(data_dir, "train" + e))
-           for e in classifier_data.EXTENSIONS):
+           for e in text_files.EXTENSIONS):
       return self.label_list(self.read_split("train"))
     raise ValueError(f"--task_data_dir {data_dir} has no train file and "
                      f"{saved} does not exist: the labels are unknown; run "
@@ -211,14 +211,14 @@ class ClassificationTask:
 
   def label_list(self, examples):
     """The labels of the training examples, in the model's order."""
-    return classifier_data.label_list(examples)
+    return text_files.label_list(examples)
 
   def label_ids(self, examples):
     """The labels of a split's examples as the loss reads them."""
-    return classifier_data.label_ids(examples, self.labels, self.regression)
+    return text_files.label_ids(examples, self.labels, self.regression)
 
   def encode(self, tokenizer, max_seq_length):
-    """Packs each split's texts (classifier_data.encode), or with
+    """Packs each split's texts (text_files.encode), or with
     doc_stride their windows (classifier_windows.encode)."""
     self.tokenizer = tokenizer
     config = self.config
@@ -227,7 +227,7 @@ class ClassificationTask:
           max_seq_length, config.doc_stride, config.window_aggregation)
     for split, (examples, _, ids) in list(self.splits.items()):
       if self.windowing is None:
-        inputs = classifier_data.encode(examples, tokenizer, max_seq_length)
+        inputs = text_files.encode(examples, tokenizer, max_seq_length)
       else:
         inputs, self.window_text[split] = classifier_windows.encode(
             examples, tokenizer, self.windowing)

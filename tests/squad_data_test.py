@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from official_bert.tasks import squad
-from official_bert.tasks import squad_answers
-from official_bert.tasks import squad_metrics
+from official_bert.tasks.squad import squad_data
+from official_bert.tasks.squad import squad_answers
+from official_bert.tasks.squad import squad_metrics
 from tests import testing
 
 SAMPLE = os.path.join(testing.SHARED_DATA, "squad_v2_sample.json")
@@ -35,9 +35,9 @@ def _perfect_logits(features):
 @pytest.mark.parametrize("max_seq_length, doc_stride", [(384, 128), (48, 16)])
 def test_perfect_logits_recover_every_answer(tokenizer, max_seq_length,
                                              doc_stride):
-  examples = squad.read_squad_examples(SAMPLE, is_training=True,
+  examples = squad_data.read_squad_examples(SAMPLE, is_training=True,
                                        version_2_with_negative=True)
-  features = squad.convert_examples_to_features(
+  features = squad_data.convert_examples_to_features(
       examples, tokenizer, max_seq_length, doc_stride, max_query_length=16,
       is_training=True)
   # 384: every sample context fits one window; 48: the long ones need several.
@@ -70,10 +70,10 @@ def test_an_answer_one_piece_longer_than_max_answer_length_is_not_returned():
   # ahead of a..c (10 + 4) and b..c (5 + 4).
   vocab = ["[CLS]", "q", "[SEP]", "a", "b", "c", "d", "e", "f"]
   words = vocab[3:]
-  example = squad.SquadExample("q1", "q", " ".join(words), list(words))
+  example = squad_data.SquadExample("q1", "q", " ".join(words), list(words))
   tokens = [0, 1, 2] + list(range(3, 9)) + [2]
-  feature = squad.SquadFeature(
-      unique_id=squad.FIRST_UNIQUE_ID, example_index=0, doc_span_index=0,
+  feature = squad_data.SquadFeature(
+      unique_id=squad_data.FIRST_UNIQUE_ID, example_index=0, doc_span_index=0,
       tokens=tokens, token_to_orig_map={3 + i: i for i in range(6)},
       token_is_max_context={3 + i: True for i in range(6)},
       input_ids=tokens, input_mask=[1] * len(tokens),
@@ -112,30 +112,30 @@ def _original_max_context(spans, n):
 
 
 def test_doc_spans_and_max_context_by_hand():
-  assert squad.doc_spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
-  assert squad.doc_spans(10, 4, 8) == [(0, 4), (4, 4), (8, 2)]
-  assert squad.doc_spans(4, 4, 2) == [(0, 4)]
-  assert squad.doc_spans(0, 4, 2) == []
+  assert squad_data.doc_spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+  assert squad_data.doc_spans(10, 4, 8) == [(0, 4), (4, 4), (8, 2)]
+  assert squad_data.doc_spans(4, 4, 2) == [(0, 4)]
+  assert squad_data.doc_spans(0, 4, 2) == []
   spans = [(0, 4), (3, 4), (6, 4)]
   # Position 3: 0 pieces on its short side in both windows -> the first.
-  assert squad.is_max_context(spans, 0, 3)
-  assert not squad.is_max_context(spans, 1, 3)
+  assert squad_data.is_max_context(spans, 0, 3)
+  assert not squad_data.is_max_context(spans, 1, 3)
   # Position 4: one piece left in window 1, none right in window 0.
-  assert squad.is_max_context(spans, 1, 4)
+  assert squad_data.is_max_context(spans, 1, 4)
   # Position 6: no piece on the short side in windows 1 and 2 -> window 1.
-  assert squad.max_context_windows(spans, 10) == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+  assert squad_data.max_context_windows(spans, 10) == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
   # The longer window wins a tie of sides (0.01 per piece).
   # (position 3: min(1, 1) + 0.03 in window 0, min(3, 1) + 0.05 in window 1)
-  assert squad.is_max_context([(2, 3), (0, 5)], 0, 3) is False
-  assert squad.is_max_context([(2, 3), (0, 5)], 1, 3) is True
+  assert squad_data.is_max_context([(2, 3), (0, 5)], 0, 3) is False
+  assert squad_data.is_max_context([(2, 3), (0, 5)], 1, 3) is True
 
 
 def test_windows_over_a_context_longer_than_max_seq_length(tokenizer):
-  examples = squad.read_squad_examples(SAMPLE, True, True)
+  examples = squad_data.read_squad_examples(SAMPLE, True, True)
   example = max(examples, key=lambda e: len(e.context) * (not e.is_impossible))
   assert example.orig_answer_text == "William the Conqueror"
   max_seq_length, doc_stride, max_query_length = 48, 12, 16
-  features = squad.convert_examples_to_features(
+  features = squad_data.convert_examples_to_features(
       [example], tokenizer, max_seq_length, doc_stride, max_query_length, True)
   doc = tokenizer.tokenize([example.context]).to_list()[0]
   query = tokenizer.tokenize([example.question_text]).to_list()[0]
@@ -178,11 +178,11 @@ def test_windows_over_a_context_longer_than_max_seq_length(tokenizer):
 def test_context_pieces_equal_the_tokenizer_and_point_into_the_text(tokenizer):
   texts = ["Café  (Paris),\u00a0the FOO_BAR's  x", "  naïve\tΣίσυφος 北京 ok.",
            "", "a\u200bb (1895-1943)."]
-  pieces = squad.context_pieces(tokenizer, texts)
+  pieces = squad_data.context_pieces(tokenizer, texts)
   for i, text in enumerate(texts):
     ids = pieces["ids"][i].flat_values.numpy().tolist()
     assert ids == tokenizer.tokenize([text]).to_list()[0], text
-    words, _ = squad.split_words(text)
+    words, _ = squad_data.split_words(text)
     assert [w.decode() for w in pieces["words"][i].numpy()] == words
     raw = text.encode("utf-8")
     spans = [raw[s:e].decode("utf-8") for s, e in zip(
@@ -198,7 +198,7 @@ def test_context_pieces_equal_the_tokenizer_and_point_into_the_text(tokenizer):
 def test_narrow_no_break_space_separates_context_words(tmp_path, tokenizer):
   # U+202F (in real SQuAD contexts) is whitespace to the original's reader.
   context = "in Paris\u202fFrance today."
-  assert squad.split_words(context) == (
+  assert squad_data.split_words(context) == (
       ["in", "Paris", "France", "today."],
       [0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3])
   path = tmp_path / "train.json"
@@ -206,12 +206,12 @@ def test_narrow_no_break_space_separates_context_words(tmp_path, tokenizer):
       "context": context, "qas": [{"id": "q1", "question": "Where?",
                                    "answers": [{"text": "France",
                                                 "answer_start": 9}]}]}]}]}))
-  example, = squad.read_squad_examples(str(path), is_training=True,
+  example, = squad_data.read_squad_examples(str(path), is_training=True,
                                        version_2_with_negative=False)
   assert example.doc_tokens == ["in", "Paris", "France", "today."]
   assert (example.start_position, example.end_position) == (2, 2)
   # The graph's words are the reader's (byte offsets: U+202F is 3 bytes).
-  pieces = squad.context_pieces(tokenizer, [context])
+  pieces = squad_data.context_pieces(tokenizer, [context])
   assert [w.decode() for w in pieces["words"][0].numpy()] == (
       example.doc_tokens)
   assert pieces["word_start"][0].numpy().tolist() == [0, 3, 11, 18]
@@ -257,7 +257,7 @@ def _question(qid, text, start):
 
 
 def _squad_file(tmp_path, qas, version="v2.0"):
-  path = tmp_path / "squad.json"
+  path = tmp_path / "squad_data.json"
   path.write_text(json.dumps({"version": version, "data": [{"paragraphs": [
       {"context": _CONTEXT, "qas": qas}]}]}))
   return str(path)
@@ -270,7 +270,7 @@ def test_training_answers_not_at_answer_start_are_skipped_as_the_original(
       _question("inside", "France", 13), _question("far", "France", 100),
       _question("empty", " ", 12)])
   skipped = []
-  examples = squad.read_squad_examples(path, True, False, skipped)
+  examples = squad_data.read_squad_examples(path, True, False, skipped)
   assert [e.qas_id for e in examples] == ["good", "inside"]
   assert skipped == ["bad", "far", "empty"]
   # Both point at the word "France." (word 3), as the original's positions.
@@ -285,22 +285,22 @@ def test_prediction_reads_no_answers(tmp_path):
          {"id": "bad_start", "question": "?",
           "answers": [{"text": "x", "answer_start": "3"}]}]
   path = _squad_file(tmp_path, qas)
-  examples = squad.read_squad_examples(path, False, False)
+  examples = squad_data.read_squad_examples(path, False, False)
   assert [e.qas_id for e in examples] == [q["id"] for q in qas]
   assert not any(e.is_impossible for e in examples)  # read as v1.1
-  examples = squad.read_squad_examples(path, False, True)
+  examples = squad_data.read_squad_examples(path, False, True)
   assert [e.qas_id for e in examples if e.is_impossible] == ["imp"]
 
 
 def test_a_v2_file_predicted_without_the_v2_flag_reads_as_v1_1():
   testing.require_shared_data()
-  examples = squad.read_squad_examples(SAMPLE, False, False)
+  examples = squad_data.read_squad_examples(SAMPLE, False, False)
   assert len(examples) == 14 and not any(e.is_impossible for e in examples)
   # Training on it still needs the flag (the original: "exactly 1 answer").
   with pytest.raises(ValueError, match=r"question 5ad39d53604f3c001a3fe8d3 "
                      r"is impossible \(SQuAD v2.0\); pass "
                      r"--version_2_with_negative\.$"):
-    squad.read_squad_examples(SAMPLE, True, False)
+    squad_data.read_squad_examples(SAMPLE, True, False)
 
 
 def test_files_that_are_not_squad_are_still_one_sentence_for_prediction(
@@ -308,7 +308,7 @@ def test_files_that_are_not_squad_are_still_one_sentence_for_prediction(
   path = _squad_file(tmp_path, [{"question": "no id"}])
   with pytest.raises(ValueError, match=r"paragraphs\[0\] has a question "
                      r"without an \"id\" or \"question\" string\.$"):
-    squad.read_squad_examples(path, False, False)
+    squad_data.read_squad_examples(path, False, False)
 
 
 def test_run_squad_reports_the_skipped_questions_in_one_line(tmp_path):

@@ -27,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from official_bert.tasks import classifier_data
+from official_bert.data import text_files
 
 DOCSTART = "-DOCSTART-"
 
@@ -41,7 +41,7 @@ class Sentence:
 
 def read_conll(path):
   """The `Sentence`s of a CoNLL file; one ValueError sentence on a bad line."""
-  with classifier_data.utf8_errors(path), open(path, encoding="utf-8") as f:
+  with text_files.utf8_errors(path), open(path, encoding="utf-8") as f:
     lines = f.readlines()
   sentences, words, tags, first = [], [], [], None
   for line_number, line in enumerate(lines, 1):

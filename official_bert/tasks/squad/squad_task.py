@@ -1,9 +1,9 @@
 """SQuAD v1.1 / v2.0 question answering: run_squad's task.
 
-Reading the questions and cutting contexts into windows (tasks/squad.py, the
+Reading the questions and cutting contexts into windows (tasks/squad/squad_data.py, the
 original's algorithm), the model (`BertSpanLabeler`), the start/end loss,
-predictions.json (best-span decoding, tasks/squad_answers.py),
-eval_results.txt (the official evaluation, tasks/squad_metrics.py) and the
+predictions.json (best-span decoding, tasks/squad/squad_answers.py),
+eval_results.txt (the official evaluation, tasks/squad/squad_metrics.py) and the
 best metric. The program builds
 a `SquadConfig` from its flags; training/finetuner.py's `run_task` runs it:
 
@@ -20,9 +20,9 @@ import random
 import time
 from typing import Optional
 
-from official_bert.tasks import squad
-from official_bert.tasks import squad_answers
-from official_bert.tasks import squad_metrics
+from official_bert.tasks.squad import squad_data
+from official_bert.tasks.squad import squad_answers
+from official_bert.tasks.squad import squad_metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ def read_questions(path, is_training, version_2_with_negative):
   """The file's `SquadExample`s; the training questions the original skips
   (answer text not at its answer_start) are logged, as it does."""
   skipped = []
-  examples = squad.read_squad_examples(path, is_training,
+  examples = squad_data.read_squad_examples(path, is_training,
                                        version_2_with_negative, skipped)
   if skipped:  # The original logs "Could not find answer" for each.
     print(f"{path}: skipped {len(skipped)} training question"
@@ -125,7 +125,7 @@ class SquadTask:
       self.train_examples = read_questions(config.train_file, True, v2)
     if config.do_predict:
       self.predict_examples = read_questions(config.predict_file, False, v2)
-      data = squad.load_squad_json(config.predict_file)
+      data = squad_data.load_squad_json(config.predict_file)
       if any(golds for _, golds in squad_metrics.questions(data)):
         self.gold = data
     if config.eval_every_steps and config.do_train and self.gold is None:
@@ -134,13 +134,13 @@ class SquadTask:
                        "a dev file with answers.")
 
   def encode(self, tokenizer, max_seq_length):
-    """The windows of each question's context (squad.py, as the
+    """The windows of each question's context (squad_data.py, as the
     original's), training questions shuffled once first, as the original."""
     config = self.config
     self.tokenizer, self.max_seq_length = tokenizer, max_seq_length
 
     def features(examples, is_training):
-      return squad.convert_examples_to_features(
+      return squad_data.convert_examples_to_features(
           examples, tokenizer, max_seq_length, config.doc_stride,
           config.max_query_length, is_training)
 
@@ -187,7 +187,7 @@ class SquadTask:
     return squad_losses(labels, outputs)
 
   def train_data(self):
-    return squad.feature_arrays(self.train_features, True)
+    return squad_data.feature_arrays(self.train_features, True)
 
   def init_head(self, model):
     """Nothing: the head keeps its initializers, as the original's."""
@@ -204,7 +204,7 @@ class SquadTask:
     config = self.config
     # Padding positions get very low logits, so no span starts or ends
     # there (with fixed padding they are filtered out by the map instead).
-    logits = predict(squad.feature_arrays(self.predict_features), fill=-1e4)
+    logits = predict(squad_data.feature_arrays(self.predict_features), fill=-1e4)
     return squad_answers.postprocess(
         self.predict_examples, self.predict_features,
         logits["start_logits"].tolist(), logits["end_logits"].tolist(),

@@ -357,7 +357,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length,
   here.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad_windows  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_windows  # pylint: disable=g-import-not-at-top
   contexts = sorted({e.context for e in examples})
   context_index = {context: i for i, context in enumerate(contexts)}
   word_pieces = _context_piece_lists(tokenizer, contexts)

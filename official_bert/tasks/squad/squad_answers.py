@@ -108,7 +108,7 @@ def _span_candidates(features, start_logits, end_logits, n_best_size,
   """Per feature, its candidate spans [(start, end)] in the original's
   order, from `squad_windows.span_candidates` (the exported model's)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks import squad_windows  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_windows  # pylint: disable=g-import-not-at-top
   out = []
   for first in range(0, len(features), batch_size):
     batch = range(first, min(first + batch_size, len(features)))

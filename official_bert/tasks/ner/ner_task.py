@@ -1,6 +1,6 @@
 """Named-entity recognition on CoNLL files: run_ner's task.
 
-Reading the splits and packing words into windows (tasks/ner.py: one TF
+Reading the splits and packing words into windows (tasks/ner/ner_data.py: one TF
 packer, also the exported signature's), the model (`BertTokenClassifier`),
 the loss over each word's first WordPiece, eval_results.txt's entity-level
 values (conlleval's), test_predictions.txt and the best metric. The program
@@ -19,9 +19,9 @@ import os
 
 import numpy as np
 
-from official_bert.tasks import classifier_data
-from official_bert.tasks import classifier_metrics
-from official_bert.tasks import ner
+from official_bert.data import text_files
+from official_bert.training import classifier_metrics
+from official_bert.tasks.ner import ner_data
 
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "valid"), "test": ("test",)}
 EXTENSIONS = ("", ".txt", ".conll")
@@ -41,7 +41,7 @@ class NerConfig:
 
 def split_file(data_dir, split):
   """The one CoNLL file of `split` in `data_dir`."""
-  return classifier_data.find_split_file(data_dir, split, SPLIT_NAMES[split],
+  return text_files.find_split_file(data_dir, split, SPLIT_NAMES[split],
                                          EXTENSIONS)
 
 
@@ -80,7 +80,7 @@ def word_tags(logits, window, position, sentences, labels):
 def eval_results(sentences, tags, loss, step):
   """eval_results.txt's values: conlleval's entity-level eval_precision,
   eval_recall, eval_f1 (and per type), word accuracy, the loss, the step."""
-  metrics = ner.entity_metrics([s.tags for s in sentences], tags)
+  metrics = ner_data.entity_metrics([s.tags for s in sentences], tags)
   result = {f"eval_{k}": v for k, v in metrics.items()}
   result.update(eval_loss=loss, loss=loss, global_step=step)
   return result
@@ -110,8 +110,8 @@ class NerTask:
     for split, wanted in (("train", config.do_train), ("dev", evaluating),
                           ("test", config.do_predict)):
       if wanted:
-        sentences = ner.read_conll(split_file(config.data_dir, split))
-        self.splits[split] = (sentences, ner.tag_ids(sentences, self.labels))
+        sentences = ner_data.read_conll(split_file(config.data_dir, split))
+        self.splits[split] = (sentences, ner_data.tag_ids(sentences, self.labels))
     if len(self.labels) < 2:
       raise ValueError(f"the train file has only the tag {self.labels}; NER "
                        "needs at least two.")
@@ -129,13 +129,13 @@ class NerTask:
                        f"file and {saved} does not exist: the tags are "
                        "unknown; run --do_train first or add the train "
                        "file") from None
-    return ner.label_list(ner.read_conll(train))
+    return ner_data.label_list(ner_data.read_conll(train))
 
   def encode(self, tokenizer, max_seq_length):
-    """Packs each split's words into windows (ner.encode)."""
+    """Packs each split's words into windows (ner_data.encode)."""
     self.tokenizer = tokenizer
     for split, (sentences, ids) in self.splits.items():
-      self.encoded[split] = (sentences,) + ner.encode(
+      self.encoded[split] = (sentences,) + ner_data.encode(
           sentences, tokenizer, max_seq_length, ids)
 
   @property
@@ -204,5 +204,5 @@ class NerTask:
     """({"test_predictions.txt": conlleval's input}, the summary's words)."""
     del step
     sentences, tags, _ = self._tags("test", predict)
-    return ({"test_predictions.txt": ner.format_predictions(sentences, tags)},
+    return ({"test_predictions.txt": ner_data.format_predictions(sentences, tags)},
             f"{len(sentences)} test sentences tagged", None)

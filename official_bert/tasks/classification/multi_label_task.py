@@ -35,8 +35,8 @@ import time
 import numpy as np
 
 from official_bert import atomic_io
-from official_bert.tasks import classification_task
-from official_bert.tasks import classifier_metrics
+from official_bert.tasks.classification import classification_task
+from official_bert.training import classifier_metrics
 
 THRESHOLDS_FILE = "thresholds.json"
 

@@ -23,7 +23,7 @@ import csv
 import dataclasses
 import os
 
-from official_bert.tasks import classifier_data
+from official_bert.data import text_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,14 +144,14 @@ def split_path(task, data_dir, split, language="zh"):
 
 
 def read_split(task, data_dir, split, language="zh"):
-  """`classifier_data.Example`s of a split (test examples have no label)."""
+  """`text_files.Example`s of a split (test examples have no label)."""
   layout = getattr(task, split)
   path = split_path(task, data_dir, split, language)
   # Fields a row needs: up to the last fixed column, one more for a label
   # read from the end (-1).
   needed = 1 + max(c for c in (layout.text, layout.text_b, layout.label)
                    if c is not None and c >= 0) + (layout.label == -1)
-  with classifier_data.utf8_errors(path):
+  with text_files.utf8_errors(path):
     rows = list(_read_tsv(path))
   examples = []
   for line, fields in rows:
@@ -176,7 +176,7 @@ def read_split(task, data_dir, split, language="zh"):
       raise ValueError(f"{path}:{line}: label {label!r} is not one of "
                        f"{task.name}'s labels {list(task.labels)}; is this "
                        f"the {task.name} download?")
-    examples.append(classifier_data.Example(
+    examples.append(text_files.Example(
         text=fields[layout.text],
         text_b=None if layout.text_b is None else fields[layout.text_b],
         label=label, where=f"{path}:{line}"))
