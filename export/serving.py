@@ -68,6 +68,7 @@ from official_bert.modeling import sentence_embedder
 from official_bert.data import segment_packing
 from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
+from official_bert.tasks.classification import classifier_outputs as classifier_outputs_lib
 
 SIGNATURE_TEXT = "serving_default"
 SIGNATURE_IDS = "serving_ids"
@@ -94,40 +95,11 @@ def encoder_outputs(model_outputs):
           "sequence_output": model_outputs["sequence_output"]}
 
 
-def classifier_outputs(model_outputs):
-  """Logits [B, C] (or a dict with `logits`) -> `logits`, `probabilities`."""
-  if isinstance(model_outputs, dict):
-    model_outputs = model_outputs["logits"]
-  logits = tf.cast(model_outputs, tf.float32)
-  return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
-
-
-def classifier_outputs_with_labels(label_names):
-  """`classifier_outputs` plus the labels' names: `label` [B] string (the
-  most probable label's name) and `label_names` [B, C] string (the names in
-  the order of `probabilities`; per row, as TF Serving's row format needs
-  every output batched)."""
-  names = [str(name) for name in label_names]
-
-  def outputs(model_outputs):
-    named = classifier_outputs(model_outputs)
-    table = tf.constant(names)
-    if named["logits"].shape[-1] not in (None, len(names)):
-      raise ValueError(f"the classifier has {named['logits'].shape[-1]} "
-                       f"classes but {len(names)} label names")
-    named["label"] = tf.gather(table, tf.argmax(named["logits"], axis=-1))
-    named["label_names"] = tf.tile(table[tf.newaxis],
-                                   [tf.shape(named["logits"])[0], 1])
-    return named
-
-  return outputs
-
-
-def regression_outputs(model_outputs):
-  """A one-output regression head [B, 1] -> `predictions` [B]."""
-  if isinstance(model_outputs, dict):
-    model_outputs = model_outputs["logits"]
-  return {"predictions": tf.cast(model_outputs, tf.float32)[:, 0]}
+# The classifiers' outputs, owned by their task (one implementation).
+classifier_outputs = classifier_outputs_lib.classifier_outputs
+classifier_outputs_with_labels = (
+    classifier_outputs_lib.classifier_outputs_with_labels)
+regression_outputs = classifier_outputs_lib.regression_outputs
 
 
 def mean_pool(sequence_output, input_mask, normalize=False):

@@ -263,14 +263,15 @@ def driver_config(fv, num_train_examples):
       early_stopping_patience=fv.early_stopping_patience)
 
 
-def run(fv, task, program, export=None, int8_outputs=None):
+def run(fv, task, program, export=None):
   """A fine-tuning program's run once its flags are checked and its task
   built: the task reads every split it needs (before TensorFlow starts: a
   bad file fails at once, not after training), the model's config and
   vocabulary are loaded, the task encodes its splits, and
   `finetuner.run_task` trains, evaluates, predicts and exports (`export`,
-  model -> path, when --export_dir is set; `int8_outputs`, with
-  --quantize=int8, names the int8 model's outputs: see `int8_model`).
+  model -> path, when --export_dir is set; with --quantize=int8 the int8
+  model answers with the task's `export_spec().int8_outputs`: see
+  `int8_model`).
   Returns run_task's answer."""
   try:
     task.read()
@@ -291,7 +292,8 @@ def run(fv, task, program, export=None, int8_outputs=None):
                        else fv.predict_batch_size),
       predict_batch_size=fv.predict_batch_size,
       export=export if fv.export_dir else None,
-      int8=(lambda model: int8_model(fv, model, int8_outputs))
+      int8=(lambda model: int8_model(fv, model,
+                                     task.export_spec().int8_outputs))
       if fv.quantize == "int8" else None,
       max_quantization_drop=fv.max_quantization_drop)
 

@@ -125,16 +125,12 @@ def _export(task, model):
   """The TF Serving SavedModel's path: raw text in, probabilities and the
   label names (or the value) out."""
   from export import serving  # pylint: disable=g-import-not-at-top
-  if isinstance(task, multi_label_task.MultiLabelTask):
-    outputs = task.serving_outputs()
-  elif task.regression:
-    outputs = serving.regression_outputs
-  else:
-    outputs = serving.classifier_outputs_with_labels(task.labels)
+  spec = task.export_spec()
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
-      outputs=outputs, text_pair=task.text_pair, windowing=task.windowing)
+      outputs=spec.outputs, text_pair=spec.text_pair,
+      windowing=spec.windowing)
 
 
 def _check_task_flags():

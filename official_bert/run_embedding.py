@@ -68,7 +68,7 @@ def _export(task, model):
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
-      outputs=task.serving_outputs)
+      outputs=task.export_spec().outputs)
 
 
 def main(argv):
@@ -92,8 +92,7 @@ def main(argv):
       FLAGS, embedding_task.EmbeddingConfig, data_dir=FLAGS.task_data_dir,
       splits=finetuning_flags.splits(FLAGS), pooling=pooling))
   finetuning_flags.run(FLAGS, task, "run_embedding",
-                       lambda model: _export(task, model),
-                       int8_outputs=task.serving_outputs)
+                       lambda model: _export(task, model))
 
 
 if __name__ == "__main__":

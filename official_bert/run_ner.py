@@ -50,7 +50,8 @@ def _export(task, model):
   out."""
   from export import ner_serving  # pylint: disable=g-import-not-at-top
   return ner_serving.export_ner_model(
-      FLAGS.export_dir, model, task.labels, FLAGS.vocab_file,
+      FLAGS.export_dir, model, list(task.export_spec().labels),
+      FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length)
 
 

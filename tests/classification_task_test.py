@@ -115,7 +115,10 @@ def test_evaluate_and_predict_read_their_own_split(tmp_path):
   assert files["test_results.tsv"].count("\n") == 2
   assert said.startswith("2 test predictions in ")
   assert task.eval_summary(result) == "eval_accuracy 0.6667"
-  assert task.metric_counts is classification_task.classifier_metric_counts
+  labels, logits = np.array([0, 1]), np.array([[2.0, 1.0], [3.0, 0.0]])
+  counts = task.metric_counts(labels, logits)
+  assert {k: float(v) for k, v in counts.items()} == {
+      "label_correct": 1.0, "label_total": 2.0}
 
 
 def test_regression_has_no_labels_and_its_own_metric(tmp_path):
@@ -128,5 +131,6 @@ def test_regression_has_no_labels_and_its_own_metric(tmp_path):
           label_column="score", task_type="regression", do_train=True))
   task.read()
   assert task.labels is None and task.run_files() == {}
-  assert task.best_metric == "eval_pearson" and task.metric_counts is None
+  assert task.best_metric == "eval_pearson"
+  assert task.metric_counts(np.array([1.5]), np.array([[1.0]])) == {}
   np.testing.assert_array_equal(task.splits["train"][2], [1.5, 2.0])

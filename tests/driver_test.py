@@ -43,7 +43,7 @@ def _run(output_dir, bert_config=None, **overrides):
       build_model=lambda bert_config, kernels: (
           finetuning_models.BertClassifier.from_bert_config(
               bert_config, 3, kernels=kernels)),
-      losses=_losses, metric_counts=None, num_train_examples=EXAMPLES,
+      losses=_losses, metric_counts=lambda labels, outputs: {}, num_train_examples=EXAMPLES,
       example_name="examples", best_metric="eval_accuracy",
       init_head=lambda model: None)
   run = finetuner.Finetuner(config, task, bert_config)

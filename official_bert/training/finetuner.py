@@ -388,9 +388,8 @@ def _int8_gate(run, task, int8, result, path, dev, batch_size, max_drop):
   both = dict(result)
   both.update({f"int8_{key}": value for key, value in int8_result.items()})
   run.write_eval_results(both)
-  metric_range = getattr(task, "metric_range", 1.0)
   drop = quantization_drop(metric, result[metric], int8_result[metric],
-                           metric_range)
+                           task.metric_range)
   said = (f"{metric} float32 {result[metric]:.4f}, int8 "
           f"{int8_result[metric]:.4f}")
   if drop > max_drop + 1e-9:  # 0.825 - 0.82 is 0.0050000000000000044

@@ -1,22 +1,54 @@
-"""The Task contract: what the driver needs of a task (tasks/*_task.py).
+"""The Task contract: every member of a task that any code calls.
 
-A task module owns its data, model, losses, metrics and evaluation; the
-driver sees a task only through the members below. The contract is
+A task package (official_bert/tasks/<task>/) owns its data, model, losses,
+metrics, evaluation and the outputs of its export; the driver, the
+finetuner, the programs and the exporters see a task only through the
+members below, each with one meaning and one form (a method is a method in
+every task; a property may be a class attribute). The contract is
 structural (`typing.Protocol`): a task names no base class, and
-tests/task_test.py checks each of the four with `isinstance`, which fails
-when a task lacks a member.
+tests/task_test.py checks each task against it, and checks that no code
+reads a member of a task that is not declared here nor asks `getattr` or
+`isinstance` of a task.
 
     Task            every task, pretraining included: its model, losses and
                     training metrics (Driver.build_task), the files written
                     beside flags.json, the first lines of the log.
-    FinetuningTask  a Task that finetuner.run_task runs: its training
-                    arrays, dev evaluation, prediction files and the input
-                    that builds the exported model.
+    FinetuningTask  a Task that training/finetuning_run.py runs: reading and
+                    encoding its files, its training arrays, dev evaluation,
+                    what it tunes on dev, prediction files and what its
+                    export needs.
+    PretrainingTask a Task on streamed TFRecords (run_pretraining): finding
+                    and checking its records, its input pipelines and its
+                    evaluation over the records.
 
 Shapes: B examples in a batch, N in a split, T positions, C classes.
 """
 
+import dataclasses
 import typing
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSpec:
+  """What a program's exporter needs of a fine-tuning task.
+
+  Attributes:
+    outputs: None (the exporter's own outputs: NER's, SQuAD's) or
+      `outputs(model outputs) -> {name: Tensor}` (TF ops, traced in the
+      serving signatures): the export's output names and values.
+    int8_outputs: the same for the int8 model (model.tflite), None for the
+      model's own outputs (its one array as `logits`).
+    text_pair: whether a request holds text pairs.
+    windowing: None, or the classification windows (a
+      tasks/classification/classifier_windows.py `Windowing`) whose logits
+      the export combines per text.
+    labels: the label names the exporter writes (NER's tags), () for none.
+  """
+  outputs: typing.Any = None
+  int8_outputs: typing.Any = None
+  text_pair: bool = False
+  windowing: typing.Any = None
+  labels: tuple = ()
 
 
 @typing.runtime_checkable
@@ -34,11 +66,11 @@ class Task(typing.Protocol):
     minimises; any other entries are logged} from a batch's labels and the
     model's outputs (traced in the train step, keras.ops only)."""
 
-  @property
-  def metric_counts(self):
-    """None, or `(labels, outputs) -> {"X_correct": scalar, "X_total":
-    scalar, ...}`: float32 sums the trainer adds over replicas and steps
-    and logs as X_accuracy."""
+  def metric_counts(self, labels, outputs):
+    """{"X_correct": scalar, "X_total": scalar, ...} ({} for none) from a
+    batch's labels and outputs (traced in the train step, keras.ops only):
+    float32 sums the trainer adds over replicas and steps and logs as
+    X_accuracy."""
 
   def run_files(self):
     """{file name: text} written beside flags.json in output_dir (e.g.
@@ -52,11 +84,21 @@ class Task(typing.Protocol):
 
 @typing.runtime_checkable
 class FinetuningTask(Task, typing.Protocol):
-  """A Task that training/finetuner.py's `run_task` runs: train, evaluate on
-  dev, predict, export. `predict` arguments below are
-  `predict(inputs, fill=0.0)` -> the model's outputs as numpy float32 (the
-  same structure as the model's), run with the run's padding; positions
-  past an example's batch's cut are `fill`."""
+  """A Task that training/finetuning_run.py runs: read, encode, train,
+  evaluate on dev, tune on dev, predict, export. `predict` arguments below
+  are `predict(inputs, fill=0.0)` -> the model's outputs as numpy float32
+  (the same structure as the model's), run with the run's padding;
+  positions past an example's batch's cut are `fill`."""
+
+  def read(self):
+    """Reads and checks every split the run needs, before TensorFlow starts
+    (ValueError, OSError or UnicodeDecodeError: one sentence naming the
+    file and line)."""
+
+  def encode(self, tokenizer, max_seq_length):
+    """Turns the splits read into model inputs with `tokenizer` (a
+    data/tokenization.py FullTokenizer), at most `max_seq_length`
+    positions (ValueError: one sentence)."""
 
   @property
   def num_train_examples(self):
@@ -72,6 +114,12 @@ class FinetuningTask(Task, typing.Protocol):
     """The eval_results key (a str, e.g. "eval_accuracy") by which the best
     checkpoint is kept when --best_metric is unset."""
 
+  @property
+  def metric_range(self):
+    """The range of the task's metrics (a float: 1.0, or 100.0 for
+    percentages such as SQuAD's F1), by which --max_quantization_drop is a
+    fraction."""
+
   def train_data(self):
     """(inputs, labels), numpy: inputs {"input_word_ids", "input_mask",
     "input_type_ids": int32 [N, T]}; labels [N], [N, T] or a dict of [N]
@@ -79,7 +127,15 @@ class FinetuningTask(Task, typing.Protocol):
 
   def evaluate(self, predict, step):
     """The dev set's eval_results: {key: number}, with global_step = `step`
-    (an int); written to eval_results.txt as `key = value` lines."""
+    (an int); written to eval_results.txt as `key = value` lines. It only
+    reports: it changes neither the task nor any file."""
+
+  def tune(self, predict):
+    """Chooses on the dev set what the final evaluation and the export use
+    (multi-label's per-label thresholds, with tune_thresholds) from the
+    final float32 model's `predict`, and returns {file name: text} to write
+    to output_dir (thresholds.json); {} for a task that tunes nothing.
+    Called once, after training, before the final evaluation."""
 
   def eval_summary(self, result):
     """`result`'s headline for the program's last line (a str, e.g.
@@ -99,3 +155,26 @@ class FinetuningTask(Task, typing.Protocol):
   def example_inputs(self):
     """One example's encoder inputs ({name: int32 numpy [1, T]}): they build
     the model that is exported."""
+
+  def export_spec(self):
+    """An ExportSpec: what the program's exporter needs of the task (the
+    outputs, pairs or single texts, windows, label names)."""
+
+
+@typing.runtime_checkable
+class PretrainingTask(Task, typing.Protocol):
+  """A Task whose data streams from TFRecords (tasks/pretraining/): the
+  driver trains on `train_input` and evaluates with `evaluate_records`."""
+
+  def load(self, bert_config, seed):
+    """Finds the task's record files and checks them against `bert_config`
+    (cli.Error: one sentence naming the flag or file)."""
+
+  def train_input(self, batch_size, seed):
+    """The training pipeline: a tf.distribute dataset_fn(input_context)
+    of `batch_size` (global) batches of (inputs, labels), repeated."""
+
+  def evaluate_records(self, evaluate, step):
+    """eval_results ({key: number}, global_step = `step`) over the task's
+    records: `evaluate(dataset_fn, sums_fn, max_steps)` (the trainer's)
+    sums `sums_fn(labels, outputs)` over the batches. It only reports."""

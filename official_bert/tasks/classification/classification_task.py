@@ -25,6 +25,8 @@ import numpy as np
 
 from official_bert.data import text_files
 from official_bert.training import classifier_metrics
+from official_bert.training import task as task_lib
+from official_bert.tasks.classification import classifier_outputs
 from official_bert.tasks.classification import classifier_windows
 from official_bert.tasks.classification import glue
 
@@ -128,6 +130,7 @@ class ClassificationTask:
 
   # The fewest labels the training file may have.
   min_labels = 2
+  metric_range = 1.0
 
   def __init__(self, config):
     self.config = config
@@ -291,9 +294,9 @@ class ClassificationTask:
   def losses(self, labels, logits):
     return classifier_losses(labels, logits, self.regression)
 
-  @property
-  def metric_counts(self):
-    return None if self.regression else classifier_metric_counts
+  def metric_counts(self, labels, logits):
+    return {} if self.regression else classifier_metric_counts(labels,
+                                                               logits)
 
   def train_data(self):
     """(inputs, labels); with doc_stride each window has its text's label,
@@ -330,6 +333,11 @@ class ClassificationTask:
     return eval_results(self.split_logits("dev", predict), ids,
                         self.regression, step)
 
+  def tune(self, predict):
+    """Nothing: a single-label classifier takes the most probable class."""
+    del predict
+    return {}
+
   def eval_summary(self, result):
     return f"{self.best_metric} {result[self.best_metric]:.4f}"
 
@@ -342,3 +350,14 @@ class ClassificationTask:
     rows = test_results_rows(logits, self.regression)
     return ({"test_results.tsv": "".join(row + "\n" for row in rows)},
             f"{len(rows)} test predictions in {seconds:.1f} s", None)
+
+  # ----------------------------------------------------------- export ----
+  def export_spec(self):
+    """Raw text (pairs with text_pair) in; the probabilities and label
+    names, or the value for regression, out; with doc_stride each text's
+    windows combined."""
+    return task_lib.ExportSpec(
+        outputs=(classifier_outputs.regression_outputs if self.regression
+                 else classifier_outputs.classifier_outputs_with_labels(
+                     self.labels)),
+        text_pair=self.text_pair, windowing=self.windowing)

@@ -28,6 +28,7 @@ by later runs on that output_dir.
     finetuner.run_task(task, driver_config, bert_config, tokenizer, ...)
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -186,9 +187,8 @@ class MultiLabelTask(classification_task.ClassificationTask):
   def losses(self, labels, logits):
     return multi_label_losses(labels, logits)
 
-  @property
-  def metric_counts(self):
-    return multi_label_metric_counts
+  def metric_counts(self, labels, logits):
+    return multi_label_metric_counts(labels, logits)
 
   def evaluate(self, predict, step):
     """eval_results on dev at the thresholds; with tune_thresholds they are
@@ -219,6 +219,9 @@ class MultiLabelTask(classification_task.ClassificationTask):
             f"{len(probabilities)} test predictions in {seconds:.1f} s",
             None)
 
-  def serving_outputs(self):
-    """The export's `outputs` (serving_outputs) at the thresholds."""
-    return serving_outputs(self.labels, self.thresholds)
+  def export_spec(self):
+    """ClassificationTask's, with the per-label outputs at the thresholds
+    (serving_outputs)."""
+    return dataclasses.replace(
+        super().export_spec(),
+        outputs=serving_outputs(self.labels, self.thresholds))

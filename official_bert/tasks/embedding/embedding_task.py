@@ -36,6 +36,7 @@ from typing import Optional
 import numpy as np
 
 from official_bert.data import text_files
+from official_bert.training import task as task_lib
 
 SCALE = 20.0  # sentence-transformers' scale (temperature 0.05)
 POOLING_FILE = "pooling.json"
@@ -219,7 +220,7 @@ class EmbeddingTask:
 
   example_name = "pairs"
   best_metric = "eval_mrr_at_10"
-  metric_counts = staticmethod(ranking_metric_counts)
+  metric_range = 1.0
 
   def __init__(self, config):
     self.config = config
@@ -304,6 +305,9 @@ class EmbeddingTask:
   def losses(self, labels, outputs):
     return ranking_losses(labels, outputs)
 
+  def metric_counts(self, labels, outputs):
+    return ranking_metric_counts(labels, outputs)
+
   def train_data(self):
     """({<role>_<input name>: int32 [N, T]}, unused labels [N])."""
     _, _, inputs = self.splits["train"]
@@ -329,6 +333,11 @@ class EmbeddingTask:
     result["global_step"] = step
     return result
 
+  def tune(self, predict):
+    """Nothing: the task tunes nothing on dev."""
+    del predict
+    return {}
+
   def eval_summary(self, result):
     return (f"eval_mrr_at_10 {result['eval_mrr_at_10']:.4f} "
             f"eval_recall_at_1 {result['eval_recall_at_1']:.4f}")
@@ -344,7 +353,13 @@ class EmbeddingTask:
     return ({"test_embeddings.tsv": "".join(row + "\n" for row in rows)},
             f"{len(rows)} test predictions in {seconds:.1f} s", None)
 
-  @staticmethod
-  def serving_outputs(vectors):
-    """The export's outputs: `sentence_embedding` float32 [B, H]."""
-    return {"sentence_embedding": vectors}
+  def export_spec(self):
+    """`sentence_embedding` float32 [B, H] out, from the SavedModel and
+    from model.tflite alike."""
+    return task_lib.ExportSpec(outputs=sentence_embedding_outputs,
+                               int8_outputs=sentence_embedding_outputs)
+
+
+def sentence_embedding_outputs(vectors):
+  """The export's outputs: `sentence_embedding` float32 [B, H]."""
+  return {"sentence_embedding": vectors}

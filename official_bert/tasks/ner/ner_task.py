@@ -21,6 +21,7 @@ import numpy as np
 
 from official_bert.data import text_files
 from official_bert.training import classifier_metrics
+from official_bert.training import task as task_lib
 from official_bert.tasks.ner import ner_data
 
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "valid"), "test": ("test",)}
@@ -92,7 +93,7 @@ class NerTask:
 
   example_name = "examples"
   best_metric = "eval_f1"
-  metric_counts = staticmethod(token_metric_counts)
+  metric_range = 1.0
 
   def __init__(self, config):
     self.config = config
@@ -174,6 +175,9 @@ class NerTask:
   def losses(self, labels, logits):
     return token_losses(labels, logits)
 
+  def metric_counts(self, labels, logits):
+    return token_metric_counts(labels, logits)
+
   def train_data(self):
     _, inputs, _, _, window_labels = self.encoded["train"]
     return inputs, window_labels
@@ -197,6 +201,11 @@ class NerTask:
   def evaluate(self, predict, step):
     return eval_results(*self._tags("dev", predict), step)
 
+  def tune(self, predict):
+    """Nothing: the task tunes nothing on dev."""
+    del predict
+    return {}
+
   def eval_summary(self, result):
     return f"entity F1 {result['eval_f1']:.4f}"
 
@@ -206,3 +215,9 @@ class NerTask:
     sentences, tags, _ = self._tags("test", predict)
     return ({"test_predictions.txt": ner_data.format_predictions(sentences, tags)},
             f"{len(sentences)} test sentences tagged", None)
+
+  # ----------------------------------------------------------- export ----
+  def export_spec(self):
+    """The tags: export/ner_serving.py's outputs are the words, their tags
+    and character offsets."""
+    return task_lib.ExportSpec(labels=tuple(self.labels))

@@ -23,6 +23,7 @@ from typing import Optional
 from official_bert.tasks.squad import squad_data
 from official_bert.tasks.squad import squad_answers
 from official_bert.tasks.squad import squad_metrics
+from official_bert.training import task as task_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,6 @@ class SquadTask:
   example_name = "questions"
   best_metric = "f1"
   metric_range = 100.0  # f1 and exact_match are percentages
-  metric_counts = staticmethod(squad_metric_counts)
 
   def __init__(self, config):
     self.config = config
@@ -186,6 +186,9 @@ class SquadTask:
   def losses(self, labels, outputs):
     return squad_losses(labels, outputs)
 
+  def metric_counts(self, labels, outputs):
+    return squad_metric_counts(labels, outputs)
+
   def train_data(self):
     return squad_data.feature_arrays(self.train_features, True)
 
@@ -219,6 +222,11 @@ class SquadTask:
     return evaluation(self.gold, predictions, null_odds, step,
                       self.config.version_2_with_negative)
 
+  def tune(self, predict):
+    """Nothing: the task tunes nothing on dev."""
+    del predict
+    return {}
+
   def eval_summary(self, result):
     return f"exact_match {result['exact_match']:.2f} f1 {result['f1']:.2f}"
 
@@ -240,3 +248,9 @@ class SquadTask:
       result = evaluation(self.gold, predictions, null_odds, step,
                           self.config.version_2_with_negative)
     return files, said, result
+
+  # ----------------------------------------------------------- export ----
+  def export_spec(self):
+    """Nothing beyond the defaults: export/squad_serving.py's outputs are
+    the answer's text and character offsets."""
+    return task_lib.ExportSpec()
