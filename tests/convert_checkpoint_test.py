@@ -18,8 +18,8 @@ from official_bert.modeling import finetuning_models
 from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = testing.require("torch")
+transformers = testing.require("transformers")
 
 ATOL = 1e-5
 POSITIONS = np.array([[1, 2, 6], [0, 2, 4], [3, 1, 1]], np.int32)

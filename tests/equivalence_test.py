@@ -13,8 +13,8 @@ from official_bert.modeling import encoder as encoder_lib
 from official_bert.modeling import pretrainer as pretrainer_lib
 from tests import testing
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = testing.require("torch")
+transformers = testing.require("transformers")
 
 ATOL = 2e-6  # Measured ~7e-7. A mask bias of -10 instead of -10000 (padding
 # leaking e^-10) gives 3e-6 (keras-hub) to 1e-5 (HF): caught.
@@ -97,7 +97,7 @@ def test_mismatched_config_is_one_clear_error():
 
 
 def test_matches_keras_hub_bert_backbone():
-  keras_hub = pytest.importorskip("keras_hub")
+  keras_hub = testing.require("keras_hub")
   config = testing.tiny_config(hidden_act="gelu_new")  # keras-hub uses tanh GELU
   ours = encoder_lib.BertEncoder.from_bert_config(config)
   rng = np.random.default_rng(1)

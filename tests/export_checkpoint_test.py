@@ -40,9 +40,9 @@ from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.training import checkpoints
 from tests import testing
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+torch = testing.require("torch")
+transformers = testing.require("transformers")
+safetensors_numpy = testing.require("safetensors.numpy")
 
 ATOL = 1e-5
 MAX_POSITIONS = 64
@@ -231,7 +231,7 @@ def test_cli_huggingface_export_gives_our_logits_and_ids(trained, tmp_path):
   # tokenizer.json alone, as the Rust tokenizers (text-embeddings-inference)
   # read it: transformers' AutoTokenizer may rebuild parts of it from
   # tokenizer_config.json, so it is checked on its own.
-  tokenizers = pytest.importorskip("tokenizers")
+  tokenizers = testing.require("tokenizers")
   rust = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
   theirs = [e.ids for e in rust.encode_batch(lines, add_special_tokens=False)]
   assert theirs == ours
@@ -408,7 +408,7 @@ def test_fine_tuned_checkpoint_without_its_run_files_needs_task(tmp_path):
 @pytest.mark.parametrize("normalize", [False, True])
 def test_sentence_transformers_equals_serving_sentence_embedding(
     trained, tmp_path, normalize):
-  st = pytest.importorskip("sentence_transformers")
+  st = testing.require("sentence_transformers")
   from export import serving  # pylint: disable=g-import-not-at-top
   seq_length = 32
   export_checkpoint.export(

@@ -450,8 +450,8 @@ def test_converted_hugging_face_bert_survives_the_recipe(tmp_path):
   """Hugging Face BertForPreTraining (random) -> convert_checkpoint ->
   extend_checkpoint (words learned from a domain corpus, 2x positions) ->
   create_pretraining_data -> run_pretraining -> run_classifier, shortened."""
-  torch = pytest.importorskip("torch")
-  transformers = pytest.importorskip("transformers")
+  torch = testing.require("torch")
+  transformers = testing.require("transformers")
   config = testing.tiny_config()
   torch.manual_seed(0)
   hf = transformers.BertForPreTraining(

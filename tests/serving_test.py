@@ -350,7 +350,7 @@ def test_text_runs_at_its_length_and_equals_the_fixed_length_export(
 
 
 def test_mask_token_is_one_token_as_in_hugging_face():
-  transformers = pytest.importorskip("transformers")
+  transformers = testing.require("transformers")
   tokenizer = tokenization.FullTokenizer(VOCAB)
   texts = ["[MASK]", "the [MASK] sat on the[MASK].", "[MASK][MASK] cat",
            "[mask] and [ MASK ] are text", "no mask", "", "Héllo [MASK]!"]

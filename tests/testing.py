@@ -118,14 +118,41 @@ def refused_input(module, argv):
   return lines[-1]
 
 
+def _under_ci():
+  """Whether the run is CI's (CI=true): what a test needs must be there."""
+  return os.environ.get("CI", "").lower() == "true"
+
+
 def require_shared_data():
   """Skip (with the reason) when ../shared/data is not beside the checkout;
   under CI=true fail instead, so CI cannot pass by skipping these tests."""
   if not (os.path.exists(CORPUS) and os.path.exists(VOCAB)):
     message = f"shared data not found at {SHARED_DATA}"
-    if os.environ.get("CI", "").lower() == "true":
+    if _under_ci():
       pytest.fail(f"{message} (CI=true: tests needing it must run)")
     pytest.skip(message)
+
+
+def require(module, reason=None):
+  """The module `module` (a peer library of requirements-test.txt: torch,
+  transformers...), imported, for the tests that compare against it. When
+  it cannot be imported: skip, as pytest.importorskip (with `reason` when
+  given); under CI=true fail instead, naming the package, so CI cannot
+  pass by skipping these tests. At a module's top it skips or fails the
+  whole file."""
+  __tracebackhide__ = True  # pytest reports the caller's line
+  if not _under_ci():
+    return pytest.importorskip(module, reason=reason)
+  import importlib  # pylint: disable=g-import-not-at-top
+  try:
+    return importlib.import_module(module)
+  except ImportError as e:
+    error = e
+  package = module.split(".")[0].replace("_", "-")
+  pytest.fail(f"{module} cannot be imported ({error}): under CI=true the "
+              f"tests needing it must run; install the {package} package "
+              f"with requirements-test.txt (pip install -r "
+              f"requirements-test.txt)", pytrace=False)
 
 
 def _program_flags_removed():

@@ -1,10 +1,13 @@
-"""The test set-up itself: tests/testing.py's require_shared_data (skip
-locally, fail under CI=true) and pytest.ini's limit on a hung test.
+"""The test set-up itself: tests/testing.py's require_shared_data and
+require (skip locally, fail under CI=true) and pytest.ini's limit on a hung
+test.
 
 Bugs caught: CI passing green because every test needing ../shared/data
-skipped (the data missing from the CI checkout); a hung test holding the
-whole run until CI's limit (pytest-timeout missing from requirements-test.txt
-or its settings from pytest.ini)."""
+skipped (the data missing from the CI checkout), or every test comparing
+against a peer library (torch, transformers...) skipped (the package missing
+from requirements-test.txt, or a new test calling pytest.importorskip); a
+hung test holding the whole run until CI's limit (pytest-timeout missing
+from requirements-test.txt or its settings from pytest.ini)."""
 
 import os
 
@@ -23,6 +26,37 @@ def test_missing_shared_data_fails_under_ci_and_skips_otherwise(
   with pytest.raises(pytest.skip.Exception, match="shared data not found"):
     testing.require_shared_data()
 
+
+
+def test_a_missing_peer_library_fails_under_ci_and_skips_otherwise(
+    monkeypatch):
+  missing = "official_bert_no_such_peer.numpy"
+  monkeypatch.setenv("CI", "true")
+  with pytest.raises(pytest.fail.Exception,
+                     match="install the official-bert-no-such-peer package "
+                     "with requirements-test.txt"):
+    testing.require(missing)
+  assert testing.require("numpy").__name__ == "numpy"
+  monkeypatch.delenv("CI")
+  with pytest.raises(pytest.skip.Exception, match="no_such_peer"):
+    testing.require(missing)
+  with pytest.raises(pytest.skip.Exception, match="^not here$"):
+    testing.require(missing, reason="not here")
+  assert testing.require("numpy").__name__ == "numpy"
+
+
+def test_no_test_skips_on_a_missing_library_behind_cis_back():
+  """Every test needing a peer library asks testing.require, which fails
+  under CI=true, never pytest.importorskip, which would skip there too."""
+  tests = os.path.join(testing.ROOT, "tests")
+  found = []
+  for name in sorted(os.listdir(tests)):
+    if name.endswith(".py") and name != "testing_test.py":
+      with open(os.path.join(tests, name), encoding="utf-8") as f:
+        found += [f"{name}:{i}" for i, line in enumerate(f, 1)
+                  if "importorskip(" in line and
+                  "return pytest.importorskip(" not in line]
+  assert found == []
 
 def test_a_hung_test_fails_with_its_stacks_printed(pytestconfig):
   assert pytestconfig.pluginmanager.hasplugin("timeout")

@@ -153,7 +153,7 @@ def test_preprocessor(loaded):
 
 @pytest.mark.slow
 def test_hub_keras_layer_fine_tunes(exported):
-  hub = pytest.importorskip("tensorflow_hub")
+  hub = testing.require("tensorflow_hub")
   import tf_keras  # pylint: disable=g-import-not-at-top
   tf_keras.utils.set_random_seed(0)
   text = tf_keras.Input(shape=(), dtype=tf.string)
