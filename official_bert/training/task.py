@@ -175,6 +175,7 @@ class PretrainingTask(Task, typing.Protocol):
     of `batch_size` (global) batches of (inputs, labels), repeated."""
 
   def evaluate_records(self, evaluate, step):
-    """eval_results ({key: number}, global_step = `step`) over the task's
-    records: `evaluate(dataset_fn, sums_fn, max_steps)` (the trainer's)
-    sums `sums_fn(labels, outputs)` over the batches. It only reports."""
+    """(eval_results {key: number} with global_step = `step`, the number of
+    batches read) over the task's records: `evaluate(dataset_fn, sums_fn,
+    max_steps)` (Trainer.evaluate) sums `sums_fn(labels, outputs)` over at
+    most max_steps batches. It only reports."""

@@ -164,8 +164,9 @@ def record_errors(config, vocab_size):
 
 
 class PretrainingTask:
-  """run_pretraining's task: `read` the records, then what the driver builds
-  and logs (a training/task.py `Task`; tests/task_test.py checks it).
+  """run_pretraining's task: `load` the records, then what the driver builds,
+  trains on and evaluates (a training/task.py `PretrainingTask`;
+  tests/task_test.py checks it).
 
   Attributes, once read: files (input_file's, resolved), record_predictions
   (masked positions per record, or the most drawn with dynamic masking),
@@ -178,7 +179,7 @@ class PretrainingTask:
     self.record_predictions = config.max_predictions_per_seq
     self.masking = None
 
-  def read(self, bert_config, seed):
+  def load(self, bert_config, seed):
     """Finds input_file's records and checks them against the model
     (cli.Error)."""
     from official_bert.data import features  # pylint: disable=g-import-not-at-top
@@ -233,6 +234,29 @@ class PretrainingTask:
     from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
     return pretrainer.pretraining_metric_counts(labels, outputs)
 
+  # ---------------------------------------------- input and evaluation ----
+  def train_input(self, batch_size, seed):
+    """input_file's records, shuffled and repeated, in `batch_size`
+    batches (a micro-batch with gradient accumulation), with dynamic masks
+    when masking is "dynamic"."""
+    from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+    return input_pipeline.pretraining_dataset_fn(
+        self.files, batch_size, self.config.max_seq_length,
+        self.record_predictions, is_training=True, seed=seed,
+        masking=self.masking)
+
+  def evaluate_records(self, evaluate, step):
+    """The original's evaluation over input_file's records (their own
+    masks), at most max_eval_steps batches of eval_batch_size:
+    (eval_results with global_step = `step`, the batches read)."""
+    from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+    config = self.config
+    eval_fn = input_pipeline.pretraining_dataset_fn(
+        self.files, config.eval_batch_size, config.max_seq_length,
+        self.record_predictions, is_training=False)
+    sums = evaluate(eval_fn, eval_sums, config.max_eval_steps)
+    return eval_results(sums, step), sums["eval_steps"]
+
 
 def run(run_config, config):
   """Pretrains (do_train) and evaluates (do_eval) on the shared driver
@@ -255,7 +279,7 @@ def run(run_config, config):
   # TensorFlow runs any op (reading the files does).
   driver = driver_lib.Driver(run_config)
   task = PretrainingTask(config)
-  task.read(bert_config, run_config.seed)
+  task.load(bert_config, run_config.seed)
   driver.check_init_checkpoint()
   driver.build_task(
       task, bert_config,
@@ -279,31 +303,23 @@ def run(run_config, config):
     print("Starting from scratch (no checkpoint in --output_dir), step 0",
           flush=True)
   if config.do_train:
-    train_fn = input_pipeline.pretraining_dataset_fn(
-        task.files, (run_config.train_batch_size
-                     // run_config.gradient_accumulation_steps),
-        config.max_seq_length, task.record_predictions, is_training=True,
-        seed=run_config.seed, masking=task.masking)
+    train_fn = task.train_input(
+        run_config.train_batch_size // run_config.gradient_accumulation_steps,
+        run_config.seed)
     with record_errors(config, bert_config.vocab_size):
       if driver.train_steps(train_fn) is None:
         return  # SIGTERM: the checkpoint is saved, a rerun resumes
   if config.do_eval:
-    evaluate(driver, task, bert_config)
+    evaluate(driver, task, config, bert_config)
 
 
-def evaluate(driver, task, bert_config):
-  """The original's evaluation on input_file's records (their own masks) at
-  the driver's step: eval_results.txt and eval/ summaries, on the chief."""
+def evaluate(driver, task, config, bert_config):
+  """The task's evaluation (`evaluate_records`) at the driver's step:
+  eval_results.txt and eval/ summaries, on the chief."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
-  config, step = task.config, driver.step
-  eval_fn = input_pipeline.pretraining_dataset_fn(
-      task.files, config.eval_batch_size, config.max_seq_length,
-      task.record_predictions, is_training=False)
+  step = driver.step
   with record_errors(config, bert_config.vocab_size):
-    sums = driver.trainer.evaluate(eval_fn, eval_sums,
-                                   max_steps=config.max_eval_steps)
-  result = eval_results(sums, step)
+    result, batches = task.evaluate_records(driver.trainer.evaluate, step)
   driver.write_eval_results(result)
   if driver.is_chief:
     writer = tf.summary.create_file_writer(
@@ -312,6 +328,6 @@ def evaluate(driver, task, bert_config):
       for key, value in result.items():
         tf.summary.scalar(key, value)
     writer.flush()
-  print(f"Eval at step {step} on {sums['eval_steps']} batches: "
+  print(f"Eval at step {step} on {batches} batches: "
         + " ".join(f"{k} {v:.4g}" for k, v in sorted(result.items())),
         flush=True)
