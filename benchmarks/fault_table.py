@@ -36,7 +36,9 @@ from absl import flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
-from tests import testing  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tools import corpus  # pylint: disable=g-import-not-at-top,wrong-import-position
+# The tests' fixtures (sizes, data paths, records, the classifier's task).
+from tools import tiny_fixtures as fixtures  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_list("fractions", ["0.125", "0.5"],
                   "File size limits, as fractions of the largest file the "
@@ -65,7 +67,7 @@ class Writer:
 def _pretraining(fx, out, steps=4):
   return ["--do_train", f"--input_file={fx}/part-*.tfrecord",
           f"--output_dir={out}", f"--bert_config_file={fx}/bert_config.json",
-          f"--max_seq_length={testing.SEQ}", "--max_predictions_per_seq=3",
+          f"--max_seq_length={fixtures.SEQ}", "--max_predictions_per_seq=3",
           "--train_batch_size=4", f"--num_train_steps={steps}",
           "--num_warmup_steps=2", "--learning_rate=1e-3", "--steps_per_loop=2",
           "--save_checkpoints_steps=2"]
@@ -85,7 +87,7 @@ def _resume_from_ckpt2(fx, case, reference):
 
 def _classifier(fx, out):
   return [f"--task_data_dir={fx}/task", f"--bert_config_file={fx}/cls.json",
-          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          f"--vocab_file={fixtures.VOCAB}", f"--output_dir={out}",
           "--label_column=part", "--max_seq_length=32", "--do_train",
           "--do_eval", "--do_predict", "--train_batch_size=16",
           "--num_train_epochs=1", "--steps_per_loop=2"]
@@ -95,7 +97,7 @@ def _ner(fx, out):
   # 40 sentences, in windows of 16 pieces, batch 8: 10 steps; a checkpoint
   # every 2, killed at ckpt-4 (kill_when).
   return [f"--task_data_dir={fx}/ner", f"--bert_config_file={fx}/cls.json",
-          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          f"--vocab_file={fixtures.VOCAB}", f"--output_dir={out}",
           "--max_seq_length=16", "--do_train", "--do_eval", "--do_predict",
           "--train_batch_size=8", "--num_train_epochs=1",
           "--save_checkpoints_steps=2", "--steps_per_loop=1"]
@@ -105,7 +107,7 @@ def _squad(fx, out):
   # 40 questions, batch 8: 5 steps; a checkpoint every 2, killed at ckpt-4.
   return [f"--train_file={fx}/squad/train.json",
           f"--predict_file={fx}/squad/dev.json",
-          f"--bert_config_file={fx}/cls.json", f"--vocab_file={testing.VOCAB}",
+          f"--bert_config_file={fx}/cls.json", f"--vocab_file={fixtures.VOCAB}",
           f"--output_dir={out}", "--version_2_with_negative",
           "--max_seq_length=64", "--doc_stride=24", "--max_query_length=24",
           "--do_train", "--do_predict", "--train_batch_size=8",
@@ -116,7 +118,7 @@ def _squad(fx, out):
 def _embedding(fx, out):
   # 32 pairs, batch 8: 4 steps, ckpt-2, then ckpt-4 (kill_when).
   return [f"--task_data_dir={fx}/pairs", f"--bert_config_file={fx}/cls.json",
-          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          f"--vocab_file={fixtures.VOCAB}", f"--output_dir={out}",
           "--max_seq_length=24", "--train_batch_size=8",
           "--learning_rate=1e-3", "--do_train", "--do_eval", "--do_predict",
           "--num_train_epochs=1", "--save_checkpoints_steps=2",
@@ -126,7 +128,7 @@ def _embedding(fx, out):
 def _extend(fx, out):
   return [f"--init_checkpoint={fx}/ckpt/ckpt-1",
           f"--bert_config_file={fx}/bert_config.json",
-          f"--vocab_file={testing.TESTDATA}/export_vocab.txt",
+          f"--vocab_file={fixtures.TESTDATA}/export_vocab.txt",
           f"--new_words_file={fx}/new_words.txt",
           "--max_position_embeddings=32", f"--output_dir={out}"]
 
@@ -141,12 +143,12 @@ QUICKSTART = ["--max_documents=60", "--vocab_size=2000", "--max_seq_length=64",
 def _model_flags(fx):
   return [f"--bert_config_file={fx}/bert_config.json",
           f"--init_checkpoint={fx}/ckpt/ckpt-1",
-          f"--vocab_file={testing.TESTDATA}/export_vocab.txt"]
+          f"--vocab_file={fixtures.TESTDATA}/export_vocab.txt"]
 
 
 def _data(fx, out):
   return [f"--input_file={fx}/corpus.txt", f"--output_file={out}",
-          f"--vocab_file={testing.VOCAB}", "--max_seq_length=32",
+          f"--vocab_file={fixtures.VOCAB}", "--max_seq_length=32",
           "--max_predictions_per_seq=5", "--dupe_factor=2",
           "--window_tokens=3000"]
 
@@ -176,11 +178,11 @@ WRITERS = [
            "out", compare="resume", kill_when=("ckpt-",)),
     Writer("export_saved_model", "export.export_saved_model",
            lambda fx, out: _model_flags(fx) + [
-               f"--export_dir={out}", f"--max_seq_length={testing.SEQ}"],
+               f"--export_dir={out}", f"--max_seq_length={fixtures.SEQ}"],
            "out/serving"),
     Writer("export_tfhub", "export.export_tfhub",
            lambda fx, out: _model_flags(fx) + [
-               f"--export_dir={out}", f"--seq_length={testing.SEQ}"],
+               f"--export_dir={out}", f"--seq_length={fixtures.SEQ}"],
            "out/hub"),
     Writer("export_checkpoint --format=huggingface",
            "export.export_checkpoint",
@@ -198,7 +200,7 @@ WRITERS = [
     Writer("extract_features", "official_bert.extract_features",
            lambda fx, out: _model_flags(fx) + [
                f"--input_file={fx}/sentences.txt", f"--output_file={out}",
-               f"--max_seq_length={testing.SEQ}", "--layers=-1,-2"],
+               f"--max_seq_length={fixtures.SEQ}", "--layers=-1,-2"],
            "out/features.jsonl", compare="bytes"),
     Writer("run_ner", "official_bert.run_ner", _ner, "out",
            compare="resume", kill_when=("ckpt-4",)),
@@ -218,27 +220,24 @@ def make_fixtures(fx):
   """The tiny inputs every writer reads, in `fx`."""
   from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
-  from tests import input_pipeline_test  # pylint: disable=g-import-not-at-top
-  from tests import run_classifier_test  # pylint: disable=g-import-not-at-top
-  with open(testing.CORPUS, encoding="utf-8") as f:
+  with open(corpus.PYDOCS, encoding="utf-8") as f:
     lines = f.read().split("\n")[:600]
   with open(f"{fx}/corpus.txt", "w", encoding="utf-8") as f:
     f.write("\n".join(l if i % 20 else "" for i, l in enumerate(lines)))
   with open(f"{fx}/sentences.txt", "w", encoding="utf-8") as f:
     f.write("\n".join(l for l in lines[1:200] if l.strip()) + "\n")
   for i in range(2):
-    input_pipeline_test.write_records(
-        f"{fx}/part-{i}.tfrecord",
-        input_pipeline_test.make_instances(24, seed=10 + i))
-  testing.tiny_config().to_json_file(f"{fx}/bert_config.json")
-  testing.tiny_config(vocab_size=30522, max_position_embeddings=64
-                      ).to_json_file(f"{fx}/cls.json")
-  run_classifier_test.write_task(f"{fx}/task", per_class_train=40,
-                                 per_class_dev=10)
+    fixtures.write_records(f"{fx}/part-{i}.tfrecord",
+                           fixtures.make_instances(24, seed=10 + i))
+  fixtures.tiny_config().to_json_file(f"{fx}/bert_config.json")
+  fixtures.tiny_config(vocab_size=30522, max_position_embeddings=64
+                       ).to_json_file(f"{fx}/cls.json")
+  fixtures.write_classification_task(f"{fx}/task", per_class_train=40,
+                                     per_class_dev=10)
   from tools import pydocs_ner  # pylint: disable=g-import-not-at-top
   from tools import retrieval_task  # pylint: disable=g-import-not-at-top
   from tools import squad_task  # pylint: disable=g-import-not-at-top
-  pydocs_ner.write_task(f"{fx}/ner", testing.CORPUS,
+  pydocs_ner.write_task(f"{fx}/ner", corpus.PYDOCS,
                         {"train": 40, "dev": 8, "test": 8})
   squad_task.write_task(f"{fx}/squad", version_2=True, max_train=40,
                         max_dev=8, train_docs=range(0, 80),
@@ -246,7 +245,7 @@ def make_fixtures(fx):
   retrieval_task.write_task(f"{fx}/pairs", 32, 16, 4)
   with open(f"{fx}/new_words.txt", "w", encoding="utf-8") as f:
     f.write("kinase\nglycolysis\nmitochondria\n")
-  model = pretrainer.BertPretrainer.from_bert_config(testing.tiny_config())
+  model = pretrainer.BertPretrainer.from_bert_config(fixtures.tiny_config())
   checkpoints.save_model(model, f"{fx}/ckpt/ckpt-1")
 
 
@@ -307,11 +306,16 @@ def run_killed(writer, fx, case):
 
 
 def _group(pgid):
-  """The live processes of process group `pgid`."""
+  """The live processes of process group `pgid` (/proc/<pid>/stat's fields
+  after the command name: the state, the parent, the group...)."""
   pids = []
   for pid in filter(str.isdigit, os.listdir("/proc")):
-    fields = testing.process_stat(pid)
-    if fields and int(fields[2]) == pgid and fields[0] != "Z":
+    try:
+      with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # gone meanwhile
+      continue
+    if int(fields[2]) == pgid and fields[0] != "Z":
       pids.append(int(pid))
   return pids
 

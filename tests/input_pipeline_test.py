@@ -4,38 +4,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from official_bert.data import features
 from official_bert.training import input_pipeline
 from tests import testing
+from tools import tiny_fixtures
 
-SEQ, PREDS = testing.SEQ, 3
-
-
-def make_instances(n, seq=SEQ, preds=PREDS, vocab=testing.VOCAB_SIZE, seed=0):
-  """n random pretraining instances; weights 1 except the last prediction."""
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(5, vocab, (n, seq))
-  segments = np.zeros((n, seq), np.int64)
-  segments[:, seq // 2:] = 1
-  positions = np.stack([np.sort(rng.choice(np.arange(1, seq), preds,
-                                           replace=False)) for _ in range(n)])
-  masked_ids = np.take_along_axis(ids, positions, 1)
-  weights = np.ones((n, preds), np.float32)
-  weights[:, -1] = 0.0
-  return features.Instances(
-      input_ids=ids, input_mask=np.ones((n, seq), np.int64),
-      segment_ids=segments, masked_lm_positions=positions,
-      masked_lm_ids=masked_ids, masked_lm_weights=weights,
-      next_sentence_labels=rng.integers(0, 2, n))
-
-
-def write_records(path, instances):
-  """Writes instances as a TFRecord file (the data job's format)."""
-  blob, lengths = features.serialize_examples(instances)
-  with tf.io.TFRecordWriter(str(path)) as writer:
-    for record in features.split_blob(blob, lengths):
-      writer.write(record)
-  return str(path)
+SEQ, PREDS = testing.SEQ, tiny_fixtures.PREDS
+# Random instances and their TFRecord file (other tests take them from here).
+make_instances = tiny_fixtures.make_instances  # (n, seq, preds, vocab, seed)
+write_records = tiny_fixtures.write_records  # (path, instances) -> path
 
 
 def test_eval_dataset_returns_records_in_order_with_model_names(tmp_path):

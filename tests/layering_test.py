@@ -14,6 +14,8 @@ nothing is imported, so no TensorFlow) and checks the dependency rules:
   model module: the program that builds the model chooses its kernels;
 - `tools` (the task generators the docs tell users to run) imports no
   `tests`, so a user's clone needs no test module to run them;
+- `benchmarks` imports no `tests` either: what a benchmark shares with the
+  tests (benchmarks/fault_table.py: the tiny fixtures) lives in `tools`;
 - the library (the shared driver, training/driver.py, included) reads no
   absl flags: it imports no `absl.flags`, names no `FLAGS`, and `grep FLAGS`
   finds nothing in it. Programs build a DriverConfig from their flags.
@@ -132,7 +134,8 @@ def trainer_violations(modules):
           if _within(i, ("official_bert.modeling",))]
 
 
-def tools_violations(modules):
+def importers_of_tests(modules):
+  """(module, import) pairs where a module imports `tests`."""
   return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
           if _within(i, ("tests",))]
 
@@ -211,7 +214,13 @@ def test_library_reads_no_flags():
 
 def test_tools_import_no_tests():
   assert {"tools.pydocs_ner", "tools.squad_task"} <= set(_modules("tools"))
-  assert tools_violations(_modules("tools")) == []
+  assert importers_of_tests(_modules("tools")) == []
+
+
+def test_benchmarks_import_no_tests():
+  assert {"benchmarks.fault_table", "benchmarks.serving_benchmark"} <= set(
+      _modules("benchmarks"))
+  assert importers_of_tests(_modules("benchmarks")) == []
 
 
 @pytest.mark.parametrize("source, module, expected", [
@@ -230,10 +239,10 @@ def test_imports_are_seen_in_functions_aliases_and_relative_form(
 
 
 def test_each_rule_sees_a_planted_violation(tmp_path):
-  def planted(text):
+  def planted(text, module="official_bert.training.planted"):
     path = tmp_path / "planted.py"
     path.write_text(text)
-    return {"official_bert.training.planted": str(path)}
+    return {module: str(path)}
 
   assert library_violations(planted(
       "def f():\n  from export import serving\n"))
@@ -252,7 +261,12 @@ def test_each_rule_sees_a_planted_violation(tmp_path):
       "from official_bert.modeling import gradients\n"))
   assert trainer_violations(planted(
       "from official_bert.modeling import gradients\n"))
-  assert tools_violations(planted("from tests import testing\n"))
+  assert importers_of_tests(planted("from tests import testing\n"))
+  assert importers_of_tests(planted(
+      "def make_fixtures():\n  from tests import input_pipeline_test\n",
+      "benchmarks.planted"))
+  assert not importers_of_tests(planted(
+      "from tools import tiny_fixtures\n", "benchmarks.planted"))
   assert flags_violations(planted("from absl import flags\n"))
   assert flags_violations(planted("import absl.flags as f\n"))
   assert flags_violations(planted("def f(x):\n  return x.FLAGS.seed\n"))

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: tiny configs with all-different sizes, data paths."""
+"""Helpers shared by the tests: tiny configs with all-different sizes (from
+tools/tiny_fixtures.py), data paths, running programs in the test process."""
 
 import os
 import subprocess
@@ -7,33 +8,25 @@ import sys
 import pytest
 
 from tools import corpus as _corpus
+from tools import tiny_fixtures as _fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The start-up every test process gets (sitecustomize.py: see its doc), and
 # the PYTHONPATH of a program run by a test that sets its own: the repo and it.
 CHILD_SITE = os.path.join(ROOT, "tests", "child_site")
 CHILD_PATH = os.pathsep.join([ROOT, CHILD_SITE])
-TESTDATA = os.path.join(ROOT, "tests", "testdata")
-SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
+TESTDATA = _fixtures.TESTDATA  # tests/testdata
+SHARED_DATA = _fixtures.SHARED_DATA  # ../shared/data
 CORPUS = _corpus.PYDOCS  # SHARED_DATA/pydocs_corpus.txt
 corpus_documents = _corpus.documents  # (path=CORPUS) -> [[line, ...], ...]
-VOCAB = os.path.join(SHARED_DATA, "bert_uncased_vocab.txt")
+VOCAB = _fixtures.VOCAB  # SHARED_DATA/bert_uncased_vocab.txt
 
-# Sizes that are all different, so a swapped axis cannot pass by accident.
-BATCH, SEQ, VOCAB_SIZE, HIDDEN, HEADS, INTERMEDIATE, LAYERS = 3, 7, 99, 32, 4, 37, 2
-
-
-def tiny_config(**overrides):
-  """A BertConfig with the fixture sizes above (dropout on, as in BERT)."""
-  from official_bert import configs
-  kwargs = dict(
-      vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-      num_attention_heads=HEADS, intermediate_size=INTERMEDIATE,
-      hidden_act="gelu", hidden_dropout_prob=0.1,
-      attention_probs_dropout_prob=0.1, max_position_embeddings=16,
-      type_vocab_size=2, initializer_range=0.02)
-  kwargs.update(overrides)
-  return configs.BertConfig(**kwargs)
+# Sizes that are all different, so a swapped axis cannot pass by accident
+# (tools/tiny_fixtures.py, which benchmarks/fault_table.py builds with too).
+BATCH, SEQ, VOCAB_SIZE, HIDDEN, HEADS, INTERMEDIATE, LAYERS = (
+    _fixtures.BATCH, _fixtures.SEQ, _fixtures.VOCAB_SIZE, _fixtures.HIDDEN,
+    _fixtures.HEADS, _fixtures.INTERMEDIATE, _fixtures.LAYERS)
+tiny_config = _fixtures.tiny_config  # (**overrides) -> BertConfig
 
 
 def random_inputs(batch=BATCH, seq=SEQ, vocab=VOCAB_SIZE, seed=0,
