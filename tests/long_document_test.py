@@ -71,6 +71,12 @@ def test_combine_is_each_texts_windows_max_or_mean(aggregation):
   np.testing.assert_allclose(combined, expected, rtol=1e-6)
 
 
+def test_the_flags_aggregations_are_the_models():
+  from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+  assert (classifier_windows.AGGREGATIONS
+          == finetuning_models.WINDOW_AGGREGATIONS)
+
+
 def _config(tmp_path):
   path = str(tmp_path / "bert_config.json")
   testing.tiny_config(vocab_size=30522,

@@ -112,6 +112,35 @@ class BertClassifier(_FineTuningModel):
 WINDOW_AGGREGATIONS = ("max", "mean")
 
 
+def combine_windows(logits, text, num_texts, aggregation):
+  """Each text's logits from its windows': the one implementation that
+  training (`BertDocumentClassifier`), evaluation and the export
+  (`classifier_windows.Windowing.combine`) share.
+
+  Args:
+    logits: float [W, C], one row per window.
+    text: int [W], each window's text in [0, num_texts]; num_texts marks a
+      window that belongs to no text (dropped).
+    num_texts: B, an int or a scalar tensor.
+    aggregation: "max" (per class, the largest over a text's windows; the
+      gradient reaches the window that gave it) or "mean".
+
+  Returns:
+    float32 [B, C]; every text must have a window.
+  """
+  if aggregation not in WINDOW_AGGREGATIONS:
+    raise ValueError(f"aggregation must be one of "
+                     f"{list(WINDOW_AGGREGATIONS)}, got {aggregation!r}")
+  logits = ops.cast(logits, "float32")
+  segments = num_texts + 1                       # the last: no text's
+  if aggregation == "max":
+    return ops.segment_max(logits, text, num_segments=segments)[:num_texts]
+  sums = ops.segment_sum(logits, text, num_segments=segments)[:num_texts]
+  counts = ops.segment_sum(ops.ones_like(text, dtype="float32"), text,
+                           num_segments=segments)[:num_texts]      # [B]
+  return sums / ops.maximum(counts, 1.0)[:, None]
+
+
 @keras.saving.register_keras_serializable(package="official_bert")
 class BertDocumentClassifier(BertClassifier):
   """A `BertClassifier` that also reads a document as its windows.
@@ -162,12 +191,10 @@ class BertDocumentClassifier(BertClassifier):
     windows = {name: ops.reshape(value, (-1, shape[2]))
                for name, value in inputs.items()}              # [B*W, T]
     logits = super().call(windows, training, remove_padding)   # [B*W, C]
-    logits = ops.reshape(logits, (shape[0], shape[1], self.num_classes))
-    if self.aggregation == "max":
-      return ops.max(ops.where(present, logits, -1e30), axis=1)    # [B, C]
-    weights = ops.cast(present, "float32")
-    return (ops.sum(logits * weights, axis=1)
-            / ops.maximum(ops.sum(weights, axis=1), 1.0))          # [B, C]
+    # Each window's document; an absent window's is B, which is dropped.
+    document = ops.repeat(ops.arange(shape[0]), shape[1])      # [B*W]
+    document = ops.where(ops.reshape(present, (-1,)), document, shape[0])
+    return combine_windows(logits, document, shape[0], self.aggregation)
 
   def get_config(self):
     config = super().get_config()

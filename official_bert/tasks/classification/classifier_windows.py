@@ -30,6 +30,8 @@ C classes (labels).
 
 import dataclasses
 
+# finetuning_models.WINDOW_AGGREGATIONS (not imported here: the flags are
+# defined before Keras loads; long_document_test checks they are equal).
 AGGREGATIONS = ("max", "mean")
 TRAININGS = ("windows", "documents")
 
@@ -95,12 +97,11 @@ class Windowing:
 
   def combine(self, logits, text, num_texts):
     """Logits [W, C] of the windows -> [B, C] of the texts (`text` [W]:
-    each window's text; every text has at least one window)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    logits = tf.cast(logits, tf.float32)
-    if self.aggregation == "max":
-      return tf.math.unsorted_segment_max(logits, text, num_texts)
-    return tf.math.unsorted_segment_mean(logits, text, num_texts)
+    each window's text; every text has at least one window), as training
+    combines them (`finetuning_models.combine_windows`)."""
+    from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+    return finetuning_models.combine_windows(logits, text, num_texts,
+                                             self.aggregation)
 
 
 def encode(examples, tokenizer, windowing, batch_size=8192):
