@@ -8,6 +8,10 @@ nothing is imported, so no TensorFlow) and checks the dependency rules:
 - `export` imports only the library, configs and cli: no program
   (run_*, quickstart, convert_checkpoint, extract_features), so
   `run_classifier --export_dir` may call the exporter without a cycle;
+- no task package imports another: a module under official_bert/tasks/<a>/
+  imports official_bert.tasks.<a> and no other official_bert.tasks.<b>
+  (a task's whole story is in its package; what two tasks share lives in
+  data/ or training/);
 - the model (official_bert.modeling) imports only keras, numpy, the standard
   library, configs and itself: no TensorFlow, so it runs on any Keras backend;
 - the training loop (training/trainer.py, training/train_step.py) imports no
@@ -77,9 +81,10 @@ def imports_of_source(source, module, path="<source>"):
   return found
 
 
-def _imports(path):
+def _imports(path, module):
+  """What `path` (the source of `module`) imports: imports_of_source."""
   with open(path) as f:
-    return imports_of_source(f.read(), _module_name(path), path)
+    return imports_of_source(f.read(), module, path)
 
 
 def _within(name, prefixes):
@@ -100,16 +105,33 @@ def _programs():
 def library_violations(modules):
   """(module, import) pairs where the library reaches export or a program."""
   forbidden = ("export",) + tuple(_programs())
-  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+  return [(m, i) for m, path in modules.items()
+          for i in sorted(_imports(path, m))
           if _within(i, forbidden)]
 
 
 def export_violations(modules):
   """(module, import) pairs where export/ imports official_bert beyond the
   library, configs and cli."""
-  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+  return [(m, i) for m, path in modules.items()
+          for i in sorted(_imports(path, m))
           if _within(i, ("official_bert",)) and i != "official_bert"
           and not _within(i, LIBRARY + SHARED)]
+
+
+def task_violations(modules):
+  """(module, import) pairs where a module of one task package
+  (official_bert.tasks.<a>...) imports another (official_bert.tasks.<b>)."""
+  bad = []
+  for m, path in modules.items():
+    parts = m.split(".")
+    if parts[:2] != ["official_bert", "tasks"] or len(parts) < 3:
+      continue  # official_bert/tasks/__init__.py, outside the packages
+    own = ".".join(parts[:3])
+    bad += [(m, i) for i in sorted(_imports(path, m))
+            if _within(i, ("official_bert.tasks",))
+            and i != "official_bert.tasks" and not _within(i, (own,))]
+  return bad
 
 
 def model_violations(modules):
@@ -117,7 +139,7 @@ def model_violations(modules):
   standard library, configs and official_bert.modeling."""
   bad = []
   for m, path in modules.items():
-    for i in sorted(_imports(path)):
+    for i in sorted(_imports(path, m)):
       top = i.split(".")[0]
       if top in sys.stdlib_module_names or top in ("keras", "numpy"):
         continue
@@ -130,13 +152,15 @@ def model_violations(modules):
 
 
 def trainer_violations(modules):
-  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+  return [(m, i) for m, path in modules.items()
+          for i in sorted(_imports(path, m))
           if _within(i, ("official_bert.modeling",))]
 
 
 def importers_of_tests(modules):
   """(module, import) pairs where a module imports `tests`."""
-  return [(m, i) for m, path in modules.items() for i in sorted(_imports(path))
+  return [(m, i) for m, path in modules.items()
+          for i in sorted(_imports(path, m))
           if _within(i, ("tests",))]
 
 
@@ -188,6 +212,13 @@ def test_library_imports_neither_export_nor_programs():
 
 def test_export_imports_no_program():
   assert export_violations(_modules("export")) == []
+
+
+def test_no_task_package_imports_another():
+  modules = _modules("official_bert.tasks")
+  assert {m.split(".")[2] for m in modules if m.count(".") >= 2} >= {
+      "classification", "squad", "ner", "embedding", "pretraining"}
+  assert task_violations(modules) == []
 
 
 def test_model_imports_no_tensorflow():
@@ -253,6 +284,20 @@ def test_each_rule_sees_a_planted_violation(tmp_path):
   assert not export_violations(planted(
       "from official_bert.modeling import encoder\n"
       "from official_bert import configs\n"))
+  assert task_violations(planted(
+      "from official_bert.tasks.squad import squad_data\n",
+      "official_bert.tasks.ner.planted"))
+  assert task_violations(planted(
+      "def f():\n  from ..classification import glue\n",
+      "official_bert.tasks.ner.planted"))
+  assert task_violations(planted(
+      "import official_bert.tasks.embedding.embedding_task\n",
+      "official_bert.tasks.ner"))  # a package's __init__.py
+  assert not task_violations(planted(
+      "from official_bert.tasks.ner import ner_data\nfrom . import ner_data\n"
+      "from official_bert import tasks\n"
+      "from official_bert.training import classifier_metrics\n",
+      "official_bert.tasks.ner.planted"))
   assert model_violations(planted("import tensorflow as tf\n"))
   assert model_violations(planted(
       "def f():\n  from official_bert.training import trainer\n"))
