@@ -18,7 +18,7 @@ in Python here.
 
 import collections
 import math
-import unicodedata
+import functools
 
 import numpy as np
 
@@ -65,13 +65,16 @@ def postprocess(examples, features, start_logits, end_logits, vocab, *,
                             end_logits[null_feature][0]))
     prelim.sort(key=lambda p: p.start_logit + p.end_logit, reverse=True)
     nbest, seen = [], set()
+    word_tokens = None  # the example's words' basic tokens, when needed
     for pred in prelim:
       if len(nbest) >= n_best_size:
         break
       if pred.start_index > 0:
+        if word_tokens is None:
+          word_tokens = basic_tokenize(example.doc_tokens, do_lower_case)
         text = span_text(example, features[pred.feature_index],
                          pred.start_index, pred.end_index, vocab,
-                         do_lower_case, log)
+                         do_lower_case, log, word_tokens)
       else:
         text = ""
       if text in seen:
@@ -137,18 +140,26 @@ def _span_candidates(features, start_logits, end_logits, n_best_size,
 
 
 def span_text(example, feature, start_index, end_index, vocab, do_lower_case,
-              log=None):
-  """The original text of the pieces start_index..end_index of `feature`."""
+              log=None, word_tokens=None):
+  """The original text of the pieces start_index..end_index of `feature`;
+  `word_tokens`: the basic tokens of each of the example's words
+  (`basic_tokenize(example.doc_tokens)`, computed here when None)."""
   pieces = " ".join(vocab[i] for i in feature.tokens[start_index:end_index + 1])
   pieces = pieces.replace(" ##", "").replace("##", "")
   tok_text = " ".join(pieces.strip().split())
   orig_start = feature.token_to_orig_map[start_index]
   orig_end = feature.token_to_orig_map[end_index]
   orig_text = " ".join(example.doc_tokens[orig_start:orig_end + 1])
-  return get_final_text(tok_text, orig_text, do_lower_case, log)
+  if word_tokens is None:
+    word_tokens = basic_tokenize(example.doc_tokens, do_lower_case)
+  # Words hold no whitespace, so the span's basic tokens are its words'.
+  orig_tokens = " ".join(token for word in word_tokens[orig_start:orig_end + 1]
+                         for token in word)
+  return get_final_text(tok_text, orig_text, do_lower_case, log, orig_tokens)
 
 
-def get_final_text(pred_text, orig_text, do_lower_case, log=None):
+def get_final_text(pred_text, orig_text, do_lower_case, log=None,
+                   orig_tokens=None):
   """The part of `orig_text` that `pred_text` (normalised pieces) covers.
 
   The pieces lack the original's case, accents and spacing; aligning the
@@ -158,7 +169,9 @@ def get_final_text(pred_text, orig_text, do_lower_case, log=None):
   why).
   """
   log = log or (lambda message: None)
-  tok_text = " ".join(basic_tokenize(orig_text, do_lower_case))
+  tok_text = orig_tokens
+  if tok_text is None:  # `orig_text`'s basic tokens, space-separated
+    tok_text = " ".join(basic_tokenize([orig_text], do_lower_case)[0])
   start = tok_text.find(pred_text)
   if start == -1:
     log(f"Unable to find text: {pred_text!r} in {orig_text!r}")
@@ -188,50 +201,28 @@ def _strip_spaces(text):
   return "".join(chars), ns_to_s
 
 
-def basic_tokenize(text, do_lower_case=True):
-  """The original's BasicTokenizer in Python (the rules of tokenization.py
-  steps 1-3), used by get_final_text."""
-  cleaned = []
-  for c in text:
-    cp = ord(c)
-    if cp == 0 or cp == 0xFFFD or _is_control(c):
-      continue
-    cleaned.append(" " if _is_whitespace(c) else
-                   f" {c} " if _is_cjk(cp) else c)
-  tokens = []
-  for token in "".join(cleaned).split():
-    if do_lower_case:
-      token = unicodedata.normalize("NFD", token.lower())
-      token = "".join(c for c in token if unicodedata.category(c) != "Mn")
-    current = []
-    for c in token:
-      if _is_punctuation(c):
-        tokens.extend(["".join(current)] if current else [])
-        tokens.append(c)
-        current = []
-      else:
-        current.append(c)
-    tokens.extend(["".join(current)] if current else [])
-  return tokens
+def basic_tokenize(texts, do_lower_case=True):
+  """Each text's basic tokens (a list of str lists): the graph tokenizer's
+  cleaning, lower-casing, accent stripping and splitting
+  (data/tokenization.py `normalize` and `split_words`, the one basic
+  tokenizer: the original's rules on Unicode 15's tables)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not texts:
+    return []
+  words = _basic_tokenizer(bool(do_lower_case))(
+      tf.constant([t.encode("utf-8", "surrogatepass") for t in texts]))
+  return [[w.decode("utf-8") for w in row] for row in words.to_list()]
 
 
-def _is_whitespace(c):
-  return c in " \t\n\r" or unicodedata.category(c) == "Zs"
+@functools.lru_cache(maxsize=2)
+def _basic_tokenizer(do_lower_case):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
 
-
-def _is_control(c):
-  return c not in "\t\n\r" and unicodedata.category(c).startswith("C")
-
-
-def _is_punctuation(c):
-  cp = ord(c)
-  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-    return True
-  return unicodedata.category(c).startswith("P")
-
-
-def _is_cjk(cp):
-  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF
-          or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
-          or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-          or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def words(texts):
+    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8",
+                                         errors="ignore")
+    return tokenization.split_words(tokenization.normalize(texts,
+                                                           do_lower_case))
+  return words
