@@ -54,7 +54,7 @@ def export(export_dir, fmt, bert_config_file, init_checkpoint, vocab_file,
   from export import checkpoint_heads  # pylint: disable=g-import-not-at-top
   from export import hf_export  # pylint: disable=g-import-not-at-top
   from export import saved_model_io  # pylint: disable=g-import-not-at-top
-  from official_bert.tasks.embedding import embedding_task  # pylint: disable=g-import-not-at-top
+  from official_bert.training import sentence_transformers_folder as st_folder  # pylint: disable=g-import-not-at-top
   if fmt not in FORMATS:
     raise ValueError(f"--format={fmt} is not one of {', '.join(FORMATS)}")
   export_dir = os.path.abspath(export_dir)
@@ -78,8 +78,8 @@ def export(export_dir, fmt, bert_config_file, init_checkpoint, vocab_file,
     if model.task != "encoder":
       log(f"note: the {model.task} head is not part of a sentence-"
           "transformers model; its encoder is exported")
-    pooling = embedding_task.read_pooling(
-        embedding_task.checkpoint_dir(model.prefix)) or "mean"
+    pooling = st_folder.read_pooling(
+        st_folder.checkpoint_dir(model.prefix)) or "mean"
     log(f"pooling: {pooling}")
   with saved_model_io.atomic_dir(export_dir) as tmp:
     if fmt == "huggingface":

@@ -40,7 +40,7 @@ from official_bert.training import checkpoint_names
 from official_bert.training import checkpoints
 from official_bert import configs
 from official_bert.modeling import pretrainer as pretrainer_lib
-from official_bert.tasks.embedding import embedding_task
+from official_bert.training import sentence_transformers_folder as st_folder
 
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 PREFIX_NAME = "bert_model.ckpt"
@@ -149,7 +149,7 @@ def config_from_hf(config_path):
 def read_source(path, bert_config_file=None, vocab_file=None):
   """A `Source` from a HF directory or a TF1 checkpoint, by what `path` holds."""
   if os.path.isdir(path):  # a sentence-transformers model: its BERT's folder
-    path = embedding_task.sentence_transformers_module(
+    path = st_folder.sentence_transformers_module(
         path, "Transformer") or path
   if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
     return read_hf_directory(path, vocab_file)
@@ -210,11 +210,11 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
   source.config.to_json_file(os.path.join(output_dir, "bert_config.json"))
   pooling, pooling_note = (None, None)
   if os.path.isdir(source_path):
-    pooling, pooling_note = embedding_task.sentence_transformers_pooling(
+    pooling, pooling_note = st_folder.sentence_transformers_pooling(
         source_path)
   if pooling:
-    cli.atomic_write(os.path.join(output_dir, embedding_task.POOLING_FILE),
-                     embedding_task.pooling_json(pooling))
+    cli.atomic_write(os.path.join(output_dir, st_folder.POOLING_FILE),
+                     st_folder.pooling_json(pooling))
   if source.vocab_file:
     target = os.path.join(output_dir, "vocab.txt")
     if os.path.abspath(source.vocab_file) != os.path.abspath(target):
@@ -283,7 +283,7 @@ def main(argv):
     print(f"unused source tensors ({len(result.unused)}): {result.unused}")
   if result.pooling:
     print(f"sentence-transformers pooling: {result.pooling} (written to "
-          f"{embedding_task.POOLING_FILE})")
+          f"{st_folder.POOLING_FILE})")
   if result.pooling_note:
     print(f"note: {result.pooling_note}")
   if source.vocab_file is None:

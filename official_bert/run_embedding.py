@@ -40,6 +40,7 @@ from official_bert.modeling import sentence_embedder
 from official_bert.tasks.embedding import embedding_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
+from official_bert.training import sentence_transformers_folder
 
 FLAGS = flags.FLAGS
 
@@ -83,7 +84,7 @@ def main(argv):
                          "of one length, the in-batch negatives too; drop "
                          "it.")
   try:
-    pooling, origin = embedding_task.resolve_pooling(
+    pooling, origin = sentence_transformers_folder.resolve_pooling(
         FLAGS.pooling, FLAGS.output_dir, FLAGS.init_checkpoint)
   except ValueError as e:
     raise app.UsageError(str(e))

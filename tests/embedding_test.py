@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from official_bert.tasks.embedding import embedding_task
+from official_bert.training import sentence_transformers_folder
 from tests import testing
 # The tiny config (BERT's vocabulary, 32 positions), eval_results.txt read.
 from tests.multi_label_test import _config, _results  # pylint: disable=g-bad-import-order
@@ -151,7 +152,7 @@ def test_trains_exports_and_sentence_transformers_encode_agrees(
   model.save(str(saved))
   testing.run_program("official_bert.convert_checkpoint", [
       f"--source={saved}", f"--output_dir={converted}"])
-  assert embedding_task.read_pooling(str(converted)) == "cls"
+  assert sentence_transformers_folder.read_pooling(str(converted)) == "cls"
   again = testing.run_program("official_bert.run_embedding", _flags(
       task, tmp_path / "again", config, "--do_eval",
       f"--init_checkpoint={converted}"))

@@ -12,6 +12,10 @@ nothing is imported, so no TensorFlow) and checks the dependency rules:
   imports official_bert.tasks.<a> and no other official_bert.tasks.<b>
   (a task's whole story is in its package; what two tasks share lives in
   data/ or training/);
+- the checkpoint tools (official_bert/convert_checkpoint.py,
+  extend_checkpoint.py, export/export_checkpoint.py) import no task module:
+  a file format they read or write (the sentence-transformers folder and
+  its pooling.json) lives beside the checkpoint code, in training/;
 - the model (official_bert.modeling) imports only keras, numpy, the standard
   library, configs and itself: no TensorFlow, so it runs on any Keras backend;
 - the training loop (training/trainer.py, training/train_step.py) imports no
@@ -36,6 +40,9 @@ import pytest
 
 from tests import testing
 
+CHECKPOINT_TOOLS = ("official_bert.convert_checkpoint",
+                    "official_bert.extend_checkpoint",
+                    "export.export_checkpoint")
 LIBRARY = ("official_bert.modeling", "official_bert.training",
            "official_bert.data", "official_bert.tasks")
 SHARED = ("official_bert.configs", "official_bert.cli",
@@ -134,6 +141,13 @@ def task_violations(modules):
   return bad
 
 
+def checkpoint_tool_violations(modules):
+  """(module, import) pairs where a module imports official_bert.tasks."""
+  return [(m, i) for m, path in modules.items()
+          for i in sorted(_imports(path, m))
+          if _within(i, ("official_bert.tasks",))]
+
+
 def model_violations(modules):
   """(module, import) pairs where the model imports beyond keras, numpy, the
   standard library, configs and official_bert.modeling."""
@@ -221,6 +235,14 @@ def test_no_task_package_imports_another():
   assert task_violations(modules) == []
 
 
+def test_checkpoint_tools_import_no_task():
+  modules = {}
+  for name in CHECKPOINT_TOOLS:
+    modules.update(_modules(name))
+  assert set(modules) == set(CHECKPOINT_TOOLS)
+  assert checkpoint_tool_violations(modules) == []
+
+
 def test_model_imports_no_tensorflow():
   assert model_violations(_modules("official_bert.modeling")) == []
 
@@ -298,6 +320,16 @@ def test_each_rule_sees_a_planted_violation(tmp_path):
       "from official_bert import tasks\n"
       "from official_bert.training import classifier_metrics\n",
       "official_bert.tasks.ner.planted"))
+  assert checkpoint_tool_violations(planted(
+      "def export():\n"
+      "  from official_bert.tasks.embedding import embedding_task\n",
+      "export.export_checkpoint"))
+  assert checkpoint_tool_violations(planted(
+      "from official_bert import tasks\n", "official_bert.convert_checkpoint"))
+  assert not checkpoint_tool_violations(planted(
+      "from official_bert.training import sentence_transformers_folder\n"
+      "from official_bert.modeling import pretrainer\n",
+      "official_bert.convert_checkpoint"))
   assert model_violations(planted("import tensorflow as tf\n"))
   assert model_violations(planted(
       "def f():\n  from official_bert.training import trainer\n"))

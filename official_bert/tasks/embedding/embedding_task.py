@@ -16,10 +16,9 @@ eval_recall_at_1, eval_recall_at_10. Prediction: the test anchors' vectors,
 test_embeddings.tsv. Export: `serving_outputs`, `sentence_embedding`.
 
 The pooling is recorded as `pooling.json` ({"pooling": "mean"}) beside a
-run's checkpoints, and by convert_checkpoint beside a converted
-sentence-transformers model (`sentence_transformers_pooling`): a run
-starting from one uses its pooling (`resolve_pooling`), and
-export_checkpoint --format=sentence_transformers writes it.
+run's checkpoints (training/sentence_transformers_folder.py, which
+convert_checkpoint and export_checkpoint read and write it with): a run
+starting from one uses its pooling (`resolve_pooling` there).
 
     task = EmbeddingTask(EmbeddingConfig(data_dir="pairs", output_dir="/tmp/e",
                                          splits=("train", "dev")))
@@ -28,22 +27,17 @@ export_checkpoint --format=sentence_transformers writes it.
 """
 
 import dataclasses
-import json
-import os
 import time
 from typing import Optional
 
 import numpy as np
 
 from official_bert.data import text_files
+from official_bert.training import sentence_transformers_folder as st_folder
 from official_bert.training import task as task_lib
 
 SCALE = 20.0  # sentence-transformers' scale (temperature 0.05)
-POOLING_FILE = "pooling.json"
 ROLES = ("anchor", "positive", "negative")
-# sentence-transformers' Pooling modes -> ours (its other modes: none here).
-_ST_POOLINGS = {"mean": "mean", "cls": "cls", "pooling_mode_mean_tokens":
-                "mean", "pooling_mode_cls_token": "cls"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +48,8 @@ class EmbeddingConfig:
     finetuning_flags.splits names).
   anchor_column, positive_column, negative_column: the files' columns (the
     negative is used when the training file has that column).
-  pooling: "mean" or "cls" (resolve_pooling's answer).
+  pooling: "mean" or "cls" (sentence_transformers_folder.resolve_pooling's
+    answer).
   """
   data_dir: str
   output_dir: str
@@ -128,92 +123,6 @@ def retrieval_metrics(queries, documents, k=10):
           "num_examples": len(q)}
 
 
-# --------------------------------------------------------------- pooling ----
-def _json_file(path):
-  """`path`'s JSON value (ValueError naming the file when it cannot be)."""
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except (OSError, ValueError) as e:
-    raise ValueError(f"cannot read {path}: {e}") from None
-
-
-def read_pooling(directory):
-  """The pooling recorded in `directory`/pooling.json, or None."""
-  from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
-  path = os.path.join(directory, POOLING_FILE)
-  if not os.path.isfile(path):
-    return None
-  pooling = _json_file(path)
-  pooling = pooling.get("pooling") if isinstance(pooling, dict) else None
-  if pooling not in sentence_embedder.POOLINGS:
-    raise ValueError(f"{path} should be {{\"pooling\": \"mean\"}} or "
-                     f"\"cls\", not {pooling!r}")
-  return pooling
-
-
-def pooling_json(pooling):
-  return json.dumps({"pooling": pooling}) + "\n"
-
-
-def checkpoint_dir(path):
-  """The directory of a checkpoint path (a directory, a prefix, or a prefix
-  in a run's best/), where its run's files are."""
-  directory = path if os.path.isdir(path) else os.path.dirname(path)
-  if os.path.basename(os.path.normpath(directory)) == "best":
-    directory = os.path.dirname(os.path.normpath(directory))
-  return directory
-
-
-def resolve_pooling(pooling, output_dir, init_checkpoint):
-  """(pooling, where it comes from, in words): `pooling` when given, else
-  the run's own (output_dir/pooling.json: a rerun), else the starting
-  checkpoint's (pooling.json beside it), else "mean"."""
-  if pooling:
-    return pooling, "--pooling"
-  for directory, what in ((output_dir, "--output_dir"),
-                          (init_checkpoint and checkpoint_dir(
-                              init_checkpoint), "--init_checkpoint")):
-    found = directory and read_pooling(directory)
-    if found:
-      return found, f"{what}'s {POOLING_FILE}"
-  return "mean", "the default"
-
-
-def sentence_transformers_module(directory, kind):
-  """The folder of the module of `kind` ("Transformer", "Pooling") that a
-  sentence-transformers model's modules.json lists; None when `directory`
-  has no modules.json or it lists no such module."""
-  path = os.path.join(directory, "modules.json")
-  if not os.path.isfile(path):
-    return None
-  for module in _json_file(path):
-    if str(module.get("type", "")).endswith(kind):
-      return os.path.join(directory, module.get("path", ""))
-  return None
-
-
-def sentence_transformers_pooling(directory):
-  """(pooling or None, note): a sentence-transformers model directory's
-  pooling (its Pooling module's config.json); (None, None) when
-  `directory` has no Pooling module, (None, why) when its pooling is one
-  run_embedding does not compute."""
-  folder = sentence_transformers_module(directory, "Pooling")
-  if folder is None:
-    return None, None
-  config_path = os.path.join(folder, "config.json")
-  config = _json_file(config_path)
-  modes = config.get("pooling_mode")  # sentence-transformers 6's key
-  if modes is None:  # earlier versions: one bool per mode
-    modes = [k for k, v in config.items()
-             if k.startswith("pooling_mode_") and v is True]
-  modes = [modes] if isinstance(modes, str) else list(modes)
-  if len(modes) != 1 or modes[0] not in _ST_POOLINGS:
-    return None, (f"{config_path}: pooling {modes} is not mean or cls, which "
-                  "run_embedding computes; pass --pooling")
-  return _ST_POOLINGS[modes[0]], None
-
-
 # ------------------------------------------------------------------ task ----
 class EmbeddingTask:
   """run_embedding's task (a training/task.py `FinetuningTask`)."""
@@ -276,7 +185,8 @@ class EmbeddingTask:
     return len(self.splits["train"][0]) if "train" in self.splits else 0
 
   def run_files(self):
-    return {POOLING_FILE: pooling_json(self.config.pooling)}
+    return {st_folder.POOLING_FILE: st_folder.pooling_json(
+        self.config.pooling)}
 
   def log_start(self, run_description):
     negatives = "with" if "negative" in self.roles else "without"
