@@ -28,6 +28,7 @@ after it.
 """
 
 import ctypes
+import dataclasses
 import glob
 import hashlib
 import json
@@ -38,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from absl import app
 from absl import flags
@@ -232,15 +234,23 @@ def _digest(record):
   return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
+@dataclasses.dataclass
 class _Stage:
-  """One stage's outputs, its record file and what it is made from now."""
+  """One stage, described once: what it writes, from what, and how."""
+  name: str
+  outputs: list  # the first names its record: <basename>.made_from.json
+  made_from: dict  # the flags that change it, its inputs' identities/digests
+  work: str  # --work_dir, where the record is
+  done: Callable[[], bool] = None  # whether the outputs are complete
+  run: list | Callable[[], None] = None  # _run's args, or a function to call
+  before: Callable[[], None] = None  # what the program needs written first
+  reused: Callable[[], str] = None  # words when reused (else: exists, reused)
+  resumable: bool = False  # half done, it runs on (the trainer resumes)
 
-  def __init__(self, name, outputs, made_from, work):
-    self.name = name
-    self.outputs = outputs
-    self.made_from = made_from
-    self.record_path = os.path.join(
-        work, os.path.basename(outputs[0]).split(".")[0] + ".made_from.json")
+  @property
+  def record_path(self):
+    name = os.path.basename(self.outputs[0]).split(".")[0]
+    return os.path.join(self.work, name + ".made_from.json")
 
   @property
   def digest(self):
@@ -278,7 +288,7 @@ class _Stage:
     if recorded == self.made_from:
       if done():
         return True
-      if self.name == "train":  # resumes from its last checkpoint
+      if self.resumable:  # resumes from its last checkpoint
         return False
     elif exists:
       if recorded is None:
@@ -351,6 +361,122 @@ def _check_corpus_text(path):
                     "pass a corpus with one sentence per line.")
 
 
+def _stages(work, paths):
+  """Stages 1-6 (and huggingface) in order, each made from the flags that
+  change it and the digests of the stages it reads."""
+  p = paths
+  stages = []
+
+  def stage(name, outputs, made_from, **how):
+    stages.append(_Stage(name, outputs, made_from, work, **how))
+    return stages[-1].digest
+
+  def exist(*files):
+    return lambda: all(os.path.exists(f) for f in files)
+
+  if FLAGS.corpus:
+    corpus = _identity(p["corpus"])
+    _log(f"corpus: {p['corpus']}")
+  else:
+    corpus = stage("corpus", [p["corpus"]],
+                   {"max_documents": FLAGS.max_documents,
+                    "python": sys.version.split()[0]},
+                   done=exist(p["corpus"]),
+                   run=lambda: _write_corpus(p["corpus"]))
+  vocab = stage("vocab", [p["vocab"]],
+                {"corpus": corpus, **_values("vocab_size")},
+                done=exist(p["vocab"]),
+                run=["tfrecords.learn_vocab", f"--input_file={p['corpus']}",
+                     f"--output_file={p['vocab']}", *_passed("vocab_size")])
+  data_flags = ("max_seq_length", "max_predictions_per_seq", "dupe_factor")
+  data = stage("data", [os.path.dirname(p["data"])],
+               {"vocab": vocab, **_values(*data_flags)},
+               done=exist(p["data"]),
+               reused=lambda: f"{p['data']} exists, reused",
+               run=["tfrecords.create_pretraining_data",
+                    f"--input_file={p['corpus']}",
+                    f"--output_file={p['data']}",
+                    f"--vocab_file={p['vocab']}", *_passed(*data_flags)])
+  # bert_config.json belongs to the train stage: it is rewritten only when
+  # the checkpoints beside it are removed (a new model, data or schedule).
+  eval_results = os.path.join(p["pretraining"], "eval_results.txt")
+  steps = FLAGS.num_train_steps
+  # A checkpoint every 10% of the run, at each progress line: a killed
+  # quickstart loses little.
+  every = -(-steps // 10)
+  train = stage(
+      "train", [p["pretraining"], p["bert_config"]],
+      {"data": data, **_values("model", "num_train_steps", "train_batch_size",
+                               "learning_rate", "optimizer")},
+      done=exist(eval_results), resumable=True,
+      reused=lambda: _reused_training(eval_results),
+      before=lambda: _write_bert_config(p),
+      run=["official_bert.run_pretraining", "--do_train", "--do_eval",
+           f"--input_file={p['data']}", f"--output_dir={p['pretraining']}",
+           f"--bert_config_file={p['bert_config']}",
+           *_passed("max_seq_length", "max_predictions_per_seq",
+                    "train_batch_size", "num_train_steps"),
+           f"--num_warmup_steps={steps // 10}",
+           *_passed("learning_rate", "optimizer"),
+           f"--save_checkpoints_steps={every}", f"--steps_per_loop={every}",
+           "--max_eval_steps=20"])
+  model = [f"--bert_config_file={p['bert_config']}",
+           f"--init_checkpoint={p['pretraining']}",
+           f"--vocab_file={p['vocab']}"]
+  hub_dir = os.path.dirname(p["hub_encoder"])
+  stage("hub", [hub_dir], {"train": train, **_values("max_seq_length")},
+        done=exist(p["hub_encoder"], p["hub_preprocessor"]),
+        run=["export.export_tfhub", *model, f"--export_dir={hub_dir}",
+             f"--seq_length={FLAGS.max_seq_length}"])
+  stage("serving", [p["serving"]],
+        {"train": train, **_values("max_seq_length")},
+        done=lambda: bool(glob.glob(
+            os.path.join(p["serving"], "*", "saved_model.pb"))),
+        run=["export.export_saved_model", *model,
+             f"--export_dir={p['serving']}", *_passed("max_seq_length")])
+  if FLAGS.export_huggingface:
+    stage("huggingface", [p["huggingface"]], {"train": train},
+          done=exist(os.path.join(p["huggingface"], "model.safetensors")),
+          run=["export.export_checkpoint", *model, "--format=huggingface",
+               f"--export_dir={p['huggingface']}"])
+  return stages
+
+
+def _values(*names):
+  """{flag: value} of the quickstart's flags `names`."""
+  return {name: FLAGS[name].value for name in names}
+
+
+def _passed(*names):
+  """The quickstart's flags `names`, passed on to a stage's program."""
+  return [f"--{name}={value}" for name, value in _values(*names).items()]
+
+
+def _write_corpus(path):
+  from official_bert import stdlib_corpus  # pylint: disable=g-import-not-at-top
+  started = time.time()
+  docs, sentences = stdlib_corpus.write_corpus(
+      path, max_documents=FLAGS.max_documents)
+  _log(f"corpus: {docs} documents, {sentences} sentences of Python "
+       f"standard-library docstrings in {time.time() - started:.0f} s")
+
+
+def _write_bert_config(paths):
+  """The model's config for the learned vocabulary, unless the one beside
+  the checkpoints being resumed is there."""
+  if not os.path.exists(paths["bert_config"]):
+    with open(paths["vocab"], encoding="utf-8") as f:
+      vocab_size = sum(1 for _ in f)
+    _model_config(vocab_size).to_json_file(paths["bert_config"])
+
+
+def _reused_training(eval_results):
+  with open(eval_results, encoding="utf-8") as f:
+    values = dict(line.strip().split(" = ") for line in f if " = " in line)
+  return f"{eval_results} exists, reused: " + ", ".join(
+      f"{k} {float(v):.4g}" for k, v in sorted(values.items()))
+
+
 def run_pipeline(work):
   """Stages 1-7; returns {artefact: path}."""
   _check_flags(work)  # Bad flags fail before any work is done.
@@ -368,123 +494,16 @@ def run_pipeline(work):
   }
   if FLAGS.export_huggingface:
     paths["huggingface"] = os.path.join(work, "huggingface")
-  if FLAGS.corpus:
-    corpus_made_from = _identity(paths["corpus"])
-    _log(f"corpus: {paths['corpus']}")
-  else:
-    corpus = _Stage("corpus", [paths["corpus"]],
-                    {"max_documents": FLAGS.max_documents,
-                     "python": sys.version.split()[0]}, work)
-    if corpus.prepare(lambda: os.path.exists(paths["corpus"])):
-      _log(f"corpus: {paths['corpus']} exists, reused")
+  for stage in _stages(work, paths):
+    if stage.prepare(stage.done):
+      _log(f"{stage.name}: " + (stage.reused() if stage.reused else
+                                f"{stage.outputs[0]} exists, reused"))
+    elif callable(stage.run):
+      stage.run()
     else:
-      from official_bert import stdlib_corpus  # pylint: disable=g-import-not-at-top
-      started = time.time()
-      docs, sentences = stdlib_corpus.write_corpus(
-          paths["corpus"], max_documents=FLAGS.max_documents)
-      _log(f"corpus: {docs} documents, {sentences} sentences of Python "
-           f"standard-library docstrings in {time.time() - started:.0f} s")
-    corpus_made_from = corpus.digest
-
-  vocab = _Stage("vocab", [paths["vocab"]],
-                 {"corpus": corpus_made_from, "vocab_size": FLAGS.vocab_size},
-                 work)
-  if vocab.prepare(lambda: os.path.exists(paths["vocab"])):
-    _log(f"vocab: {paths['vocab']} exists, reused")
-  else:
-    _run("vocab", ["tfrecords.learn_vocab", f"--input_file={paths['corpus']}",
-                   f"--output_file={paths['vocab']}",
-                   f"--vocab_size={FLAGS.vocab_size}"])
-
-  data_dir = os.path.dirname(paths["data"])
-  data = _Stage("data", [data_dir],
-                {"vocab": vocab.digest, "max_seq_length": FLAGS.max_seq_length,
-                 "max_predictions_per_seq": FLAGS.max_predictions_per_seq,
-                 "dupe_factor": FLAGS.dupe_factor}, work)
-  if data.prepare(lambda: os.path.exists(paths["data"])):
-    _log(f"data: {paths['data']} exists, reused")
-  else:
-    os.makedirs(data_dir, exist_ok=True)
-    _run("data", ["tfrecords.create_pretraining_data",
-                  f"--input_file={paths['corpus']}",
-                  f"--output_file={paths['data']}",
-                  f"--vocab_file={paths['vocab']}",
-                  f"--max_seq_length={FLAGS.max_seq_length}",
-                  f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq}",
-                  f"--dupe_factor={FLAGS.dupe_factor}"])
-
-  # bert_config.json belongs to the train stage: it is rewritten only when
-  # the checkpoints beside it are removed (a new model, data or schedule).
-  train = _Stage("train", [paths["pretraining"], paths["bert_config"]],
-                 {"data": data.digest, "model": FLAGS.model,
-                  "num_train_steps": FLAGS.num_train_steps,
-                  "train_batch_size": FLAGS.train_batch_size,
-                  "learning_rate": FLAGS.learning_rate,
-                  "optimizer": FLAGS.optimizer}, work)
-  eval_results = os.path.join(paths["pretraining"], "eval_results.txt")
-  if train.prepare(lambda: os.path.exists(eval_results)):
-    with open(eval_results, encoding="utf-8") as f:
-      values = dict(line.strip().split(" = ") for line in f if " = " in line)
-    _log(f"train: {eval_results} exists, reused: " + ", ".join(
-        f"{k} {float(v):.4g}" for k, v in sorted(values.items())))
-  else:
-    if not os.path.exists(paths["bert_config"]):
-      with open(paths["vocab"], encoding="utf-8") as f:
-        vocab_size = sum(1 for _ in f)
-      _model_config(vocab_size).to_json_file(paths["bert_config"])
-    steps = FLAGS.num_train_steps
-    # A checkpoint every 10% of the run, at each progress line: a killed
-    # quickstart loses little.
-    every = -(-steps // 10)
-    _run("train", ["official_bert.run_pretraining", "--do_train", "--do_eval",
-                   f"--input_file={paths['data']}",
-                   f"--output_dir={paths['pretraining']}",
-                   f"--bert_config_file={paths['bert_config']}",
-                   f"--max_seq_length={FLAGS.max_seq_length}",
-                   f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq}",
-                   f"--train_batch_size={FLAGS.train_batch_size}",
-                   f"--num_train_steps={steps}",
-                   f"--num_warmup_steps={steps // 10}",
-                   f"--learning_rate={FLAGS.learning_rate}",
-                   f"--optimizer={FLAGS.optimizer}",
-                   f"--save_checkpoints_steps={every}",
-                   f"--steps_per_loop={every}",
-                   "--max_eval_steps=20"])
-
-  common = [f"--bert_config_file={paths['bert_config']}",
-            f"--init_checkpoint={paths['pretraining']}",
-            f"--vocab_file={paths['vocab']}"]
-  hub_dir = os.path.dirname(paths["hub_encoder"])
-  hub = _Stage("hub", [hub_dir], {"train": train.digest,
-                                  "max_seq_length": FLAGS.max_seq_length}, work)
-  if hub.prepare(lambda: os.path.exists(paths["hub_encoder"]) and
-                 os.path.exists(paths["hub_preprocessor"])):
-    _log(f"hub: {hub_dir} exists, reused")
-  else:
-    _run("hub", ["export.export_tfhub", *common, f"--export_dir={hub_dir}",
-                 f"--seq_length={FLAGS.max_seq_length}"])
-  serving = _Stage("serving", [paths["serving"]],
-                   {"train": train.digest,
-                    "max_seq_length": FLAGS.max_seq_length}, work)
-  if serving.prepare(lambda: bool(glob.glob(
-      os.path.join(paths["serving"], "*", "saved_model.pb")))):
-    _log(f"serving: {paths['serving']} exists, reused")
-  else:
-    _run("serving", ["export.export_saved_model", *common,
-                     f"--export_dir={paths['serving']}",
-                     f"--max_seq_length={FLAGS.max_seq_length}"])
-
-  if FLAGS.export_huggingface:
-    huggingface = _Stage("huggingface", [paths["huggingface"]],
-                         {"train": train.digest}, work)
-    if huggingface.prepare(lambda: os.path.exists(
-        os.path.join(paths["huggingface"], "model.safetensors"))):
-      _log(f"huggingface: {paths['huggingface']} exists, reused")
-    else:
-      _run("huggingface", ["export.export_checkpoint", *common,
-                           "--format=huggingface",
-                           f"--export_dir={paths['huggingface']}"])
-
+      if stage.before:
+        stage.before()
+      _run(stage.name, stage.run)
   _run("demo", ["official_bert.quickstart", "--demo_only",
                 f"--work_dir={work}"], indent="")
   return paths

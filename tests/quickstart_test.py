@@ -202,16 +202,18 @@ def test_training_resumes_when_its_record_matches(tmp_path):
   from official_bert import quickstart  # pylint: disable=g-import-not-at-top
   pretraining = tmp_path / "pretraining"
   made_from = {"data": "d" * 64, "model": "L2_H128_A2"}
-  train = quickstart._Stage("train", [str(pretraining)], made_from, str(tmp_path))
+  train = quickstart._Stage("train", [str(pretraining)], made_from,
+                            str(tmp_path), resumable=True)
   assert not train.prepare(lambda: False)
   pretraining.mkdir()
   (pretraining / "ckpt-3.index").write_text("")
   again = quickstart._Stage("train", [str(pretraining)], dict(made_from),
-                            str(tmp_path))
+                            str(tmp_path), resumable=True)
   assert not again.prepare(lambda: False)  # not done: run, and resume...
   assert (pretraining / "ckpt-3.index").exists()  # ...from the checkpoint
   other = quickstart._Stage("train", [str(pretraining)],
-                            dict(made_from, model="L4_H256_A4"), str(tmp_path))
+                            dict(made_from, model="L4_H256_A4"), str(tmp_path),
+                            resumable=True)
   assert not other.prepare(lambda: False)
   assert not pretraining.exists()  # another model: checkpoints removed
 
