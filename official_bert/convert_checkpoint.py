@@ -12,11 +12,11 @@ Sources (detected from what `--source` holds):
     (mean or cls) is written as `pooling.json`, which run_embedding and
     export_checkpoint --format=sentence_transformers read.
 
-Output, in `--output_dir`: `bert_model.ckpt.*` (a `BertPretrainer` saved by
-`checkpoints.save_model`, plus a `checkpoint` index so the directory itself
-resolves), `bert_config.json` and `vocab.txt`. `run_pretraining.py
---init_checkpoint`, `run_classifier.py --init_checkpoint` and the exporters
-take either the directory or the prefix.
+Output, in `--output_dir`: a release folder (training/release_folder.py):
+`bert_model.ckpt.*` (a `BertPretrainer`, plus a `checkpoint` index so the
+directory itself resolves), `bert_config.json` and `vocab.txt`.
+`run_pretraining.py --init_checkpoint`, `run_classifier.py --init_checkpoint`
+and the exporters take either the directory or the prefix.
 
     python -m official_bert.convert_checkpoint \
       --source=uncased_L-12_H-768_A-12 --output_dir=/tmp/bert_base
@@ -30,7 +30,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import time
 
 import numpy as np
@@ -38,12 +37,12 @@ import numpy as np
 from official_bert import cli
 from official_bert.training import checkpoint_names
 from official_bert.training import checkpoints
+from official_bert.training import release_folder
 from official_bert import configs
 from official_bert.modeling import pretrainer as pretrainer_lib
 from official_bert.training import sentence_transformers_folder as st_folder
 
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-PREFIX_NAME = "bert_model.ckpt"
 
 
 @dataclasses.dataclass
@@ -73,7 +72,8 @@ def read_tf1_checkpoint(path, bert_config_file=None, vocab_file=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   prefix = path
   if os.path.isdir(path):
-    prefix = tf.train.latest_checkpoint(path) or os.path.join(path, PREFIX_NAME)
+    prefix = tf.train.latest_checkpoint(path) or os.path.join(
+        path, release_folder.PREFIX_NAME)
   if not tf.io.gfile.exists(prefix + ".index"):
     raise ValueError(f"--source {path}: no TF1 checkpoint found (expected "
                      f"{prefix}.index) and no Hugging Face config.json; pass "
@@ -187,40 +187,17 @@ def convert(source_path, output_dir, bert_config_file=None, vocab_file=None):
   """Converts `source_path` into `output_dir`; returns a `ConversionResult`."""
   source = read_source(source_path, bert_config_file, vocab_file)
   model, unused, heads = build_model(source)
-  os.makedirs(output_dir, exist_ok=True)
-  # The checkpoint files appear complete (TF writes then renames); the
-  # index file that makes the directory resolvable is written after them.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if heads.startswith("encoder only"):
-    # `model/encoder/...` as in a pretraining checkpoint, without the heads:
-    # restore_encoder reads it, restore_model initialises the heads.
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(
-        encoder=model.encoder))
-    prefix = os.path.join(output_dir, PREFIX_NAME)
-    with checkpoints.writing(root, prefix):
-      prefix = root.write(prefix)
-  else:
-    prefix = checkpoints.save_model(model,
-                                    os.path.join(output_dir, PREFIX_NAME))
-  # The `checkpoint` index (text proto) with a relative path, so the
-  # directory can be moved or copied.
-  cli.atomic_write(os.path.join(output_dir, "checkpoint"),
-                   f'model_checkpoint_path: "{PREFIX_NAME}"\n'
-                   f'all_model_checkpoint_paths: "{PREFIX_NAME}"\n')
-  source.config.to_json_file(os.path.join(output_dir, "bert_config.json"))
   pooling, pooling_note = (None, None)
   if os.path.isdir(source_path):
     pooling, pooling_note = st_folder.sentence_transformers_pooling(
         source_path)
+  files = {}
   if pooling:
-    cli.atomic_write(os.path.join(output_dir, st_folder.POOLING_FILE),
-                     st_folder.pooling_json(pooling))
-  if source.vocab_file:
-    target = os.path.join(output_dir, "vocab.txt")
-    if os.path.abspath(source.vocab_file) != os.path.abspath(target):
-      with open(source.vocab_file, "rb") as src, cli.atomic_open(
-          target, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    files[st_folder.POOLING_FILE] = st_folder.pooling_json(pooling)
+  # An encoder-only source's weights are written without heads.
+  prefix = release_folder.write(
+      output_dir, model.encoder if heads.startswith("encoder only") else model,
+      source.config, source.vocab_file, files)
   return ConversionResult(prefix, source, len(source.arrays) - len(unused),
                           unused, heads, pooling, pooling_note)
 

@@ -2,7 +2,8 @@ r"""Extends a trained BERT for a domain: its words, and longer texts.
 
 From a checkpoint (ours, google-research/bert's TF1 `bert_model.ckpt`, or a
 Hugging Face directory) and its vocab.txt, writes to --output_dir a new
-`bert_model.ckpt` + `vocab.txt` + `bert_config.json` + `extend_info.json`:
+release folder (training/release_folder.py): `bert_model.ckpt` + `vocab.txt`
++ `bert_config.json` + `extend_info.json`:
 
   * domain words (--new_words_file, one per line, or learned from
     --domain_corpus) go first into the `[unusedN]` slots, then after the
@@ -251,6 +252,7 @@ def main(argv):
   from official_bert.modeling import pretrainer  # pylint: disable=g-import-not-at-top
   from official_bert.training import checkpoint_names  # pylint: disable=g-import-not-at-top
   from official_bert.training import extension  # pylint: disable=g-import-not-at-top
+  from official_bert.training import release_folder  # pylint: disable=g-import-not-at-top
 
   try:
     model, config, heads = load_source()
@@ -326,21 +328,11 @@ def main(argv):
       "skipped_not_one_word": plan.not_one_word if plan else [],
   }
   output = os.path.abspath(FLAGS.output_dir)
-  prefix_name = "bert_model.ckpt"
   with saved_model_io.atomic_dir(output) as tmp:
-    root = (tf.train.Checkpoint(model=extended) if target is extended else
-            tf.train.Checkpoint(model=tf.train.Checkpoint(
-                encoder=extended.encoder)))
-    root.write(os.path.join(tmp, prefix_name))
-    cli.atomic_write(os.path.join(tmp, "checkpoint"),
-                     f'model_checkpoint_path: "{prefix_name}"\n'
-                     f'all_model_checkpoint_paths: "{prefix_name}"\n')
-    new_config.to_json_file(os.path.join(tmp, "bert_config.json"))
-    cli.atomic_write(os.path.join(tmp, "vocab.txt"),
-                     "".join(t + "\n" for t in (plan.vocab if plan
-                                                else tokenizer.vocab)))
-    cli.atomic_write(os.path.join(tmp, extension.INFO_FILE),
-                     json.dumps(info, indent=2) + "\n")
+    release_folder.write(
+        tmp, target, new_config, plan.vocab if plan else tokenizer.vocab,
+        {extension.INFO_FILE: json.dumps(info, indent=2) + "\n"},
+        temporary=True)
   words = (f"added {len(plan.added)} words ({plan.slots} into [unused] "
            f"slots, {len(plan.added) - plan.slots} appended), vocab_size "
            f"{config.vocab_size} -> {new_config.vocab_size}; skipped "
