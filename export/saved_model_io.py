@@ -7,7 +7,8 @@
   * `atomic_save(...)`: a SavedModel appears under its final name only when
     complete (written beside it under a hidden temporary name, then renamed),
     so an interrupted export never leaves a directory that looks finished;
-    `atomic_dir(...)` does the same for any directory (export_checkpoint);
+    `atomic_dir(...)` does the same for any directory (export_checkpoint),
+    `atomic_rewrap(...)` for an exporter's version with files added;
   * `op_types(...)`: every op a SavedModel's graph uses, split into core
     TensorFlow, TF Text and anything else (what a model server must link);
   * `define_model_flags()`: the command-line flags naming the model to export.
@@ -218,6 +219,32 @@ def atomic_save(obj, export_path, signatures=None, after_save=None):
     tf.saved_model.save(obj, tmp, signatures=signatures)
     if after_save is not None:
       after_save(tmp)
+  return export_path
+
+
+def atomic_rewrap(export_path, write, after_write=None):
+  """Publishes `export_path` whole from an exporter that publishes its own
+  version (its own `atomic_save`), with files added before anyone sees it.
+
+  Args:
+    export_path: final directory; must not exist yet.
+    write: `fn(base_dir)` -> the directory the exporter wrote under
+      `base_dir`, a hidden directory beside `export_path`.
+    after_write: optional `fn(dir)` that adds files (model.tflite) to it.
+
+  Returns:
+    `export_path`, renamed into place with everything in it; after an
+    error, nothing is there and the hidden directory is removed.
+  """
+  export_path = check_new(export_path)
+  with atomic_dir(export_path, "the SavedModel") as tmp:
+    written = write(tmp)
+    if after_write is not None:
+      after_write(written)
+    # The exporter's version becomes `tmp` itself, renamed to export_path.
+    for name in os.listdir(written):
+      os.rename(os.path.join(written, name), os.path.join(tmp, name))
+    os.rmdir(written)
   return export_path
 
 

@@ -410,7 +410,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        normalize_embedding=False, mlm_head=None,
                        top_k=DEFAULT_TOP_K, remove_padding=None,
                        windowing=None, xla_single_text=False,
-                       quantize="none"):
+                       quantize="none", int8_content=None):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -446,6 +446,11 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
     quantize: "int8" adds `model.tflite`, the `serving_ids` signature with
       int8 weights (see `export/litert_int8.py`; its numeric outputs); the
       warmup then holds the `serving_ids` request only (what both serve).
+    int8_content: the LiteRT bytes of an int8 model built and checked
+      already (the fine-tuning programs' gate, `finetuning_flags.int8_model`),
+      written as `model.tflite` instead of converting again; quantize="int8"
+      is implied. The SavedModel and model.tflite appear together or not at
+      all.
 
   Returns:
     The path of the written version directory.
@@ -487,11 +492,12 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                               fill_mask=mlm_head is not None)
   if xla_single_text and warmup_texts:
     requests += _bucket_requests(module)
-  int8 = None
-  if quantize == "int8":
-    log("converting serving_ids to LiteRT with int8 weights")
-    int8 = int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
-                      remove_padding=remove_padding)
+  int8 = int8_content
+  if quantize == "int8" or int8 is not None:
+    if int8 is None:
+      log("converting serving_ids to LiteRT with int8 weights")
+      int8 = int8_model(model, outputs, vocab_file, do_lower_case,
+                        seq_length, remove_padding=remove_padding)
     # TF Serving replays the warmup against model.tflite too under
     # --prefer_tflite_model, and a failed request fails the load: keep the
     # requests both serve.
@@ -520,6 +526,24 @@ def int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
                          do_lower_case, seq_length,
                          remove_padding=remove_padding)
   return litert_int8.convert(module, SIGNATURE_IDS)
+
+
+def export_with_int8(write, export_dir, int8_content=None, version=None):
+  """Publishes what an exporter without int8 (export_ner_model,
+  export_squad_model) writes with `int8_content` (LiteRT bytes, the
+  fine-tuning programs' int8 model) as its `model.tflite`, both at once:
+  `write(base_dir, version)` -> the version directory it wrote, run under a
+  hidden directory beside `<export_dir>/<version>` (saved_model_io.
+  `atomic_rewrap`), which appears only with both. Without int8_content,
+  `write(export_dir, version)` as it is. `version`: default one more than
+  the newest present. Returns the version directory."""
+  if int8_content is None:
+    return write(export_dir, version)
+  version = next_version(export_dir) if version is None else int(version)
+  return saved_model_io.atomic_rewrap(
+      os.path.join(export_dir, str(version)),
+      lambda base: write(base, version),
+      lambda path: litert_int8.write(path, int8_content))
 
 
 def export_pretrained(export_dir, bert_config_file, init_checkpoint,

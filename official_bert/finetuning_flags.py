@@ -64,8 +64,9 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   quantize_flag.define("int8: with --export_dir, also write "
                        "<version>/model.tflite, the model with int8 weights "
                        "(LiteRT, ids in; TF Serving --prefer_tflite_model="
-                       "true), after its dev metric passes "
-                       "--max_quantization_drop.")
+                       "true), when its dev metric passes "
+                       "--max_quantization_drop (else nothing is "
+                       "exported).")
   flags.DEFINE_float("max_quantization_drop", max_quantization_drop,
                      "With --quantize=int8: the largest drop of "
                      "--best_metric on dev, int8 against float32, as a "
@@ -269,9 +270,11 @@ def run(fv, task, program, export=None):
   bad file fails at once, not after training), the model's config and
   vocabulary are loaded, the task encodes its splits, and
   `finetuner.run_task` trains, evaluates, predicts and exports (`export`,
-  model -> path, when --export_dir is set; with --quantize=int8 the int8
-  model answers with the task's `export_spec().int8_outputs`: see
-  `int8_model`).
+  `(model, int8_content) -> path`, when --export_dir is set: it publishes
+  the version whole, with int8_content, LiteRT bytes or None, as its
+  model.tflite). With --quantize=int8 the int8 model (`int8_model`, answering
+  with the task's `export_spec().int8_outputs`) is built and checked on dev
+  before anything is exported, and passed to `export` when it passes.
   Returns run_task's answer."""
   try:
     task.read()
@@ -299,13 +302,13 @@ def run(fv, task, program, export=None):
 
 
 def int8_model(fv, model, outputs=None):
-  """`(predict, save)` of `model` with int8 weights (export/litert_int8.py):
-  `predict(inputs, batch_size)` -> the model's outputs, `save(path)` writes
-  it into the export at `path` and returns the file's path. Its outputs:
-  `outputs(model outputs)` -> {name: Tensor}, the export's own names (so
-  model.tflite answers as the SavedModel's serving_ids: run_embedding's
-  `sentence_embedding`); default a model's dict as it is, its one array as
-  `logits`."""
+  """`(predict, content, file_name)` of `model` with int8 weights
+  (export/litert_int8.py): `predict(inputs, batch_size)` -> the model's
+  outputs, its LiteRT bytes (what `export(model, int8_content)` publishes)
+  and their file name in the export. Its outputs: `outputs(model outputs)`
+  -> {name: Tensor}, the export's own names (so model.tflite answers as
+  the SavedModel's serving_ids: run_embedding's `sentence_embedding`);
+  default a model's dict as it is, its one array as `logits`."""
   from export import litert_int8  # pylint: disable=g-import-not-at-top
   from export import serving  # pylint: disable=g-import-not-at-top
   try:
@@ -313,7 +316,7 @@ def int8_model(fv, model, outputs=None):
                                  fv.vocab_file, fv.do_lower_case,
                                  fv.max_seq_length)
   except ValueError as e:
-    raise cli.Error(str(e)) from None
+    raise cli.Error(f"nothing was exported: {e}") from None
   lite = litert_int8.Int8Model(content)
   names = lite.signature["outputs"]
 
@@ -322,7 +325,7 @@ def int8_model(fv, model, outputs=None):
     found = lite.predict(inputs, batch_size)
     return found[names[0]] if len(names) == 1 else found
 
-  return predict, lambda path: litert_int8.write(path, content)
+  return predict, content, litert_int8.LITERT_FILE
 
 
 def data_error(error):

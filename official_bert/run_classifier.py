@@ -121,16 +121,16 @@ def _data_dir():
   return name, FLAGS.data_dir or FLAGS.task_data_dir
 
 
-def _export(task, model):
+def _export(task, model, int8_content=None):
   """The TF Serving SavedModel's path: raw text in, probabilities and the
-  label names (or the value) out."""
+  label names (or the value) out; with `int8_content`, its model.tflite."""
   from export import serving  # pylint: disable=g-import-not-at-top
   spec = task.export_spec()
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
       outputs=spec.outputs, text_pair=spec.text_pair,
-      windowing=spec.windowing)
+      windowing=spec.windowing, int8_content=int8_content)
 
 
 def _check_task_flags():
@@ -171,7 +171,7 @@ def main(argv):
   task = task_class(trainer_flags.config_from_flags(
       FLAGS, classification_task.ClassificationConfig, data_dir=data_dir))
   finetuning_flags.run(FLAGS, task, "run_classifier",
-                       lambda model: _export(task, model))
+                       lambda model, int8: _export(task, model, int8))
 
 
 if __name__ == "__main__":

@@ -64,12 +64,12 @@ def define_flags():
                     "run's own, --init_checkpoint's pooling.json, or mean.")
 
 
-def _export(task, model):
+def _export(task, model, int8_content=None):
   from export import serving  # pylint: disable=g-import-not-at-top
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
-      outputs=task.export_spec().outputs)
+      outputs=task.export_spec().outputs, int8_content=int8_content)
 
 
 def main(argv):
@@ -93,7 +93,7 @@ def main(argv):
       FLAGS, embedding_task.EmbeddingConfig, data_dir=FLAGS.task_data_dir,
       splits=finetuning_flags.splits(FLAGS), pooling=pooling))
   finetuning_flags.run(FLAGS, task, "run_embedding",
-                       lambda model: _export(task, model))
+                       lambda model, int8: _export(task, model, int8))
 
 
 if __name__ == "__main__":

@@ -45,14 +45,17 @@ def define_flags():
       "train, dev (or valid) and test CoNLL files.")
 
 
-def _export(task, model):
+def _export(task, model, int8_content=None):
   """The TF Serving SavedModel's path: raw text in, words, tags and offsets
-  out."""
+  out; with `int8_content`, its model.tflite."""
   from export import ner_serving  # pylint: disable=g-import-not-at-top
-  return ner_serving.export_ner_model(
-      FLAGS.export_dir, model, list(task.export_spec().labels),
-      FLAGS.vocab_file,
-      do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length)
+  from export import serving  # pylint: disable=g-import-not-at-top
+  return serving.export_with_int8(
+      lambda export_dir, version: ner_serving.export_ner_model(
+          export_dir, model, list(task.export_spec().labels),
+          FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+          seq_length=FLAGS.max_seq_length, version=version),
+      FLAGS.export_dir, int8_content)
 
 
 def main(argv):
@@ -63,7 +66,7 @@ def main(argv):
   task = ner_task.NerTask(trainer_flags.config_from_flags(
       FLAGS, ner_task.NerConfig, data_dir=FLAGS.task_data_dir))
   finetuning_flags.run(FLAGS, task, "run_ner",
-                       lambda model: _export(task, model))
+                       lambda model, int8: _export(task, model, int8))
 
 
 if __name__ == "__main__":

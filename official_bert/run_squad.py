@@ -84,18 +84,24 @@ def _check_flags():
         "special tokens; raise --max_seq_length.")
 
 
-def _export(model):
+def _export(model, int8_content=None):
   """The TF Serving SavedModel's path: question and context text in, answer
-  text out (export/squad_serving.py)."""
+  text out (export/squad_serving.py); with `int8_content`, its
+  model.tflite."""
+  from export import serving  # pylint: disable=g-import-not-at-top
   from export import squad_serving  # pylint: disable=g-import-not-at-top
-  return squad_serving.export_squad_model(
-      FLAGS.export_dir, model, FLAGS.vocab_file,
-      do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
-      doc_stride=FLAGS.doc_stride, max_query_length=FLAGS.max_query_length,
-      n_best_size=FLAGS.n_best_size,
-      max_answer_length=FLAGS.max_answer_length,
-      version_2_with_negative=FLAGS.version_2_with_negative,
-      null_score_diff_threshold=FLAGS.null_score_diff_threshold)
+  return serving.export_with_int8(
+      lambda export_dir, version: squad_serving.export_squad_model(
+          export_dir, model, FLAGS.vocab_file,
+          do_lower_case=FLAGS.do_lower_case,
+          seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
+          max_query_length=FLAGS.max_query_length,
+          n_best_size=FLAGS.n_best_size,
+          max_answer_length=FLAGS.max_answer_length,
+          version_2_with_negative=FLAGS.version_2_with_negative,
+          null_score_diff_threshold=FLAGS.null_score_diff_threshold,
+          version=version),
+      FLAGS.export_dir, int8_content)
 
 
 def main(argv):

@@ -3,7 +3,10 @@ metrics on a hand-computed confusion, threshold tuning against brute force,
 the loss against numpy, and the program: a small BERT learns which topics a
 sentence mentions, eval_results.txt equals the metrics recomputed from the
 exported model's answers at thresholds.json, test_results.tsv equals the
-export, bad label cells are one sentence naming the file and line."""
+export, bad label cells are one sentence naming the file and line. With
+--quantize=int8 the int8 model is evaluated at the float32 model's tuned
+thresholds (thresholds.json as without it) and published with the
+SavedModel, whole; a failed int8 step publishes nothing."""
 
 import json
 import os
@@ -121,14 +124,24 @@ def _results(path):
     return {k: float(v) for k, v in (line.split(" = ") for line in f)}
 
 
-def test_learns_evaluates_tunes_predicts_and_exports(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """One training run (with --tune_thresholds and an export) that several
+  tests read: {"root", "task", "out", "config", "rows"}."""
   testing.require_shared_data()
-  task, out = tmp_path / "task", tmp_path / "out"
+  root = tmp_path_factory.mktemp("multi_label")
+  task, out, config = root / "task", root / "out", _config(root)
   rows = write_task(str(task))
   testing.run_program("official_bert.run_classifier", _flags(
-      task, out, _config(tmp_path), "--do_train", "--do_eval", "--do_predict",
+      task, out, config, "--do_train", "--do_eval", "--do_predict",
       "--tune_thresholds", "--train_batch_size=16", "--learning_rate=1e-3",
-      "--num_train_epochs=10", f"--export_dir={tmp_path / 'serving'}"))
+      "--num_train_epochs=10", f"--export_dir={root / 'serving'}"))
+  return {"root": root, "task": task, "out": out, "config": config,
+          "rows": rows}
+
+
+def test_learns_evaluates_tunes_predicts_and_exports(trained):
+  tmp_path, out, rows = trained["root"], trained["out"], trained["rows"]
   names = sorted(TOPICS)
   with open(out / "label_list.json") as f:
     assert json.load(f) == names
@@ -179,6 +192,127 @@ def test_learns_evaluates_tunes_predicts_and_exports(tmp_path):
   np.testing.assert_allclose([[float(p) for p in line.split("\t")]
                               for line in lines],
                              test["probabilities"].numpy(), atol=1e-5)
+
+
+def _eval_only(trained, tmp_path, name, *extra, check=True):
+  """An eval-only run on a copy of the trained output_dir (its checkpoint)
+  at `tmp_path / name`, tuning the thresholds again."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  out = tmp_path / name
+  shutil.copytree(trained["out"], out)
+  os.remove(out / "thresholds.json")
+  proc = testing.run_program("official_bert.run_classifier", _flags(
+      trained["task"], out, trained["config"], "--do_eval",
+      "--tune_thresholds", *extra), check=check, merge_stderr=True)
+  return out, proc
+
+
+def test_int8_is_evaluated_at_the_float32_thresholds_and_exported_whole(
+    trained, tmp_path):
+  """--quantize=int8 changes neither thresholds.json nor the float32
+  metrics (the thresholds are tuned once, on the float32 model, and the
+  int8 model is evaluated at them); the version holds both models."""
+  plain, _ = _eval_only(trained, tmp_path, "plain")
+  serving = tmp_path / "serving"
+  # 1: any drop passes (the gate's threshold is tested in
+  # run_classifier_test).
+  out, proc = _eval_only(trained, tmp_path, "int8", "--quantize=int8",
+                         f"--export_dir={serving}",
+                         "--max_quantization_drop=1")
+  assert (out / "thresholds.json").read_text() == (
+      plain / "thresholds.json").read_text()
+  float32 = _results(plain / "eval_results.txt")
+  both = _results(out / "eval_results.txt")
+  assert {k: v for k, v in both.items() if not k.startswith("int8_")} == (
+      float32)
+  assert set(both) == set(float32) | {f"int8_{k}" for k in float32}
+  # The int8 model's metrics, recomputed from its logits at the float32
+  # thresholds (a gate that tuned its own would differ).
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  version = serving / "1"
+  assert sorted(os.listdir(serving)) == ["1"]  # no hidden temporary left
+  assert {"saved_model.pb", "model.tflite"} <= set(os.listdir(version))
+  dev = [s for s, _ in trained["rows"]["dev"]]
+  names = sorted(TOPICS)
+  with open(plain / "thresholds.json") as f:
+    tuned = json.load(f)
+  thresholds = np.array([tuned[n] for n in names])
+  gold = np.array([[n in t.split("|") for n in names]
+                   for _, t in trained["rows"]["dev"]])
+  logits = _int8_logits(litert_int8.Int8Model.load(str(version)), dev)
+  metrics = classifier_metrics.multi_label_metrics(
+      gold, multi_label_task.sigmoid(logits) >= thresholds, names)
+  assert both["int8_eval_micro_f1"] == pytest.approx(metrics["micro_f1"],
+                                                     abs=1e-6)
+  done = [line for line in proc.stdout.splitlines()
+          if line.startswith("run_classifier done at step")]
+  assert f"int8 {version}/model.tflite (eval_micro_f1 float32" in done[0]
+
+
+def _int8_logits(model, texts):
+  """The int8 model's logits [N, C] on `texts`, packed as training does."""
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB, True)
+  rows = []
+  for pieces in tokenizer.tokenize(texts).to_list():
+    row = [tokenizer.cls_id] + pieces[:14] + [tokenizer.sep_id]
+    rows.append(row + [tokenizer.pad_id] * (16 - len(row)))
+  ids = np.array(rows, np.int32)
+  return model.predict({"input_word_ids": ids,
+                        "input_mask": (ids != tokenizer.pad_id).astype(
+                            np.int32),
+                        "input_type_ids": np.zeros_like(ids)}, 8)["logits"]
+
+
+@pytest.mark.parametrize("failure", ["conversion", "gate"])
+def test_a_failed_int8_step_exports_nothing(trained, tmp_path, monkeypatch,
+                                            failure):
+  """The int8 model is built and checked before anything is published: a
+  conversion that fails, or a gate that refuses, leaves no version (the
+  float32 SavedModel is not published either) and ends with one
+  sentence."""
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  from export import serving as serving_lib  # pylint: disable=g-import-not-at-top
+  if failure == "conversion":
+    def convert(module, signature):
+      raise ValueError("the int8 (LiteRT) conversion found ops LiteRT has "
+                       "no builtin for (Planted); export without "
+                       "--quantize=int8")
+    monkeypatch.setattr(litert_int8, "convert", convert)
+    match = (r"nothing was exported: the int8 \(LiteRT\) conversion found "
+             r"ops LiteRT has no builtin for \(Planted\)")
+  else:  # an int8 model that predicts no label: micro F1 0
+    class NoLabels:
+      signature = {"outputs": ["logits"]}
+
+      def __init__(self, content):
+        del content
+
+      def predict(self, inputs, batch_size):
+        del batch_size
+        return {"logits": np.full((len(inputs["input_word_ids"]),
+                                   len(TOPICS)), -20.0, np.float32)}
+    monkeypatch.setattr(serving_lib, "int8_model",
+                        lambda *args, **kwargs: b"planted")
+    monkeypatch.setattr(litert_int8, "Int8Model", NoLabels)
+    match = (r"the int8 model's eval_micro_f1 float32 0\.\d+, int8 0\.0000: "
+             r"a drop of 0\.\d+ of the metric's range exceeds "
+             r"--max_quantization_drop=0\.005, so nothing was exported; "
+             r"raise --max_quantization_drop or export without "
+             r"--quantize=int8")
+  serving = tmp_path / "serving"
+  out, proc = _eval_only(trained, tmp_path, "out", "--quantize=int8",
+                         f"--export_dir={serving}", check=False)
+  # No version, no hidden temporary: the float32 SavedModel is not
+  # published either.
+  assert not serving.exists() or not os.listdir(serving), os.listdir(serving)
+  lines = [line for line in proc.stdout.splitlines() if line.strip()]
+  testing.assert_one_sentence_last(proc.returncode, lines, "run_classifier",
+                                   "")
+  import re  # pylint: disable=g-import-not-at-top
+  assert re.search(match, lines[-1]), lines[-1]
+  # What the dev evaluation chose is kept: thresholds.json, eval_results.
+  assert (out / "thresholds.json").exists()
 
 
 @pytest.mark.parametrize("files, flags_, match", [

@@ -10,8 +10,11 @@ and call `run_task`, which does:
     if config.do_train and not run.train(inputs, labels,
                                          evaluate):  # dev metrics of a step
       return                            # SIGTERM: saved, rerun resumes
-    logits = run.predict(dev_inputs, batch_size)
-    run.write_eval_results({...})       # eval_results.txt
+    task.tune(predict)                  # on dev: thresholds.json
+    run.write_eval_results(task.evaluate(predict, run.step))
+    task.predict(...)                   # test_results.tsv
+    int8(model), _int8_gate(...)        # --quantize=int8: checked first
+    export(model, int8_content)         # then published whole, once
 
 Each batch is padded only to its longest example (dynamic_padding,
 training/padding.py); with eval_every_steps the best checkpoint by
@@ -305,16 +308,23 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
              eval_batch_size, predict_batch_size, export=None, int8=None,
              max_quantization_drop=None):
   """A fine-tuning program's flow once its task is read and encoded: train
-  (evaluating every eval_every_steps), evaluate, predict, export.
+  (evaluating every eval_every_steps), tune on dev, evaluate, predict,
+  check the int8 model, export.
 
   `task` is one of tasks/*_task.py's, a `FinetuningTask` (training/task.py:
-  the members this function and `Finetuner` use, what each returns).
-  `export(model)` -> the exported path (the program's: the exporters sit
-  above the library). `int8(model)` -> `(predict, save)`: the int8 model's
-  `predict(inputs, batch_size)` (the model's outputs) and `save(path)`
-  (writes it into the export); it is evaluated like the model, written to
-  eval_results.txt with `int8_` keys, and saved only when its best_metric
-  is at most `max_quantization_drop` worse (see `quantization_drop`).
+  the members this function and `Finetuner` use, what each returns). With
+  `do_eval`, `task.tune` chooses on dev what the final evaluation and the
+  export use (multi-label thresholds) from the final float32 model, once,
+  and its files are written; evaluations while training ran before it.
+  `export(model, int8_content)` -> the exported path (the program's: the
+  exporters sit above the library) publishes the export whole, with
+  `int8_content` (bytes or None) as its int8 model. `int8(model)` ->
+  `(predict, content, file_name)`: the int8 model's `predict(inputs,
+  batch_size)` (the model's outputs), its bytes and their file name in the
+  export. It is built and evaluated like the model (eval_results.txt gets
+  `int8_` keys) before anything is exported; when its best_metric is more
+  than `max_quantization_drop` worse (see `quantization_drop`), or anything
+  in that step fails, the run ends (cli.Error) and nothing is exported.
   Returns False when SIGTERM stopped training (the checkpoint is saved; a
   rerun resumes), True when done.
   """
@@ -335,6 +345,12 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   summary = []
   result = dev = None
   if do_eval:
+    # Chosen on the final (or best) float32 model, before the evaluation
+    # that reports at it; the int8 model is then evaluated at it too.
+    tuned = task.tune(predictor(eval_batch_size))
+    if run.is_chief:
+      for name, text in tuned.items():
+        run.write(name, text)
     result = evaluate(run.step)
     run.write_eval_results(result)
     summary.append(task.eval_summary(result))
@@ -353,11 +369,15 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
       dev = lambda step, predict: task.predict(predict, step)[2]
   if export is not None and run.is_chief:
     model = run.export_model(task.example_inputs())
-    path = export(model)
+    content = gated = None
+    if int8 is not None:  # built and checked before anything is published
+      predict, content, file_name = int8(model)
+      gated = _int8_gate(run, task, predict, result, dev, eval_batch_size,
+                         max_quantization_drop)
+    path = export(model, content)
     summary.append(f"exported {path}")
-    if int8 is not None:
-      summary.append(_int8_gate(run, task, int8(model), result, path,
-                                dev, eval_batch_size, max_quantization_drop))
+    if gated is not None:
+      summary.append(f"int8 {os.path.join(path, file_name)} ({gated})")
   print(f"{program} done at step {run.step}: " + "; ".join(summary)
         + f"; output in {config.output_dir}", flush=True)
   return True
@@ -372,16 +392,16 @@ def quantization_drop(metric, value, int8_value, metric_range=1.0):
   return -drop if best_checkpoint.lower_is_better(metric) else drop
 
 
-def _int8_gate(run, task, int8, result, path, dev, batch_size, max_drop):
-  """Evaluates the int8 model on the dev set as `dev(step, predict)` did
-  the float32 one, writes both to eval_results.txt, and saves the int8
-  model into `path` when its best_metric drops by at most `max_drop`;
-  else one sentence (a cli.Error), the float32 export kept."""
+def _int8_gate(run, task, predict, result, dev, batch_size, max_drop):
+  """Evaluates the int8 model's `predict(inputs, batch_size)` on the dev
+  set as `dev(step, predict)` did the float32 one and writes both to
+  eval_results.txt; returns the two best_metric values in words when it
+  drops by at most `max_drop`, else raises one sentence (a cli.Error): the
+  caller has exported nothing yet, and then exports nothing."""
   if dev is None:
     raise cli.Error("--quantize=int8 is checked on the dev metric, and this "
                     "run measured none: pass --do_eval (run_squad: a "
                     "--predict_file with answers)")
-  predict, save = int8
   metric = run.config.best_metric or task.best_metric
   int8_result = dev(run.step, lambda inputs, fill=0.0: predict(inputs,
                                                                 batch_size))
@@ -395,7 +415,7 @@ def _int8_gate(run, task, int8, result, path, dev, batch_size, max_drop):
   if drop > max_drop + 1e-9:  # 0.825 - 0.82 is 0.0050000000000000044
     raise cli.Error(f"the int8 model's {said}: a drop of {drop:.4f} of the "
                     f"metric's range exceeds --max_quantization_drop="
-                    f"{max_drop}, so only the float32 export {path} was "
-                    f"written; raise the flag or export without "
+                    f"{max_drop}, so nothing was exported; raise "
+                    f"--max_quantization_drop or export without "
                     f"--quantize=int8")
-  return f"int8 {save(path)} ({said})"
+  return said

@@ -17,9 +17,9 @@ label is, the loss, the metrics and the outputs:
                     thresholds), label_names [B, C].
 
 Thresholds are 0.5, or with `tune_thresholds` each label's that maximises
-its F1 on dev (`classifier_metrics.tune_thresholds`, at the final
-evaluation), kept in output_dir/thresholds.json and used by the export and
-by later runs on that output_dir.
+its F1 on dev (`tune`: `classifier_metrics.tune_thresholds`, once training
+ends, before the final evaluation), kept in output_dir/thresholds.json and
+used by the export and by later runs on that output_dir.
 
     task = MultiLabelTask(ClassificationConfig(
         data_dir="my_task", output_dir="/tmp/tags", task_type="multi_label",
@@ -35,7 +35,6 @@ import time
 
 import numpy as np
 
-from official_bert import atomic_io
 from official_bert.tasks.classification import classification_task
 from official_bert.training import classifier_metrics
 
@@ -191,19 +190,26 @@ class MultiLabelTask(classification_task.ClassificationTask):
     return multi_label_metric_counts(labels, logits)
 
   def evaluate(self, predict, step):
-    """eval_results on dev at the thresholds; with tune_thresholds they are
-    tuned on these predictions first (and written to thresholds.json), so
-    the final evaluation's are the exported model's."""
+    """eval_results on dev at the current thresholds; it only reports.
+    Those are 0.5 or a previous run's thresholds.json until `tune` chooses
+    them, so evaluations while training (eval_every_steps), and the best
+    checkpoint they pick, are at those; the final one is at `tune`'s."""
+    return eval_results(self.split_logits("dev", predict),
+                        self.splits["dev"][2], self.labels, self.thresholds,
+                        step)
+
+  def tune(self, predict):
+    """With tune_thresholds: each label's threshold that maximises its F1
+    on the dev predictions of `predict` (the final float32 model's), kept
+    for the final evaluation (the int8 model's too) and the export;
+    returns {"thresholds.json": the thresholds by label}. {} without."""
+    if not self.config.tune_thresholds:
+      return {}
     logits = self.split_logits("dev", predict)
-    labels = self.splits["dev"][2]
-    if self.config.tune_thresholds:
-      self.thresholds = classifier_metrics.tune_thresholds(sigmoid(logits),
-                                                           labels)
-      atomic_io.atomic_write(
-          os.path.join(self.config.output_dir, THRESHOLDS_FILE),
-          json.dumps(dict(zip(self.labels, self.thresholds.tolist())),
-                     indent=1) + "\n")
-    return eval_results(logits, labels, self.labels, self.thresholds, step)
+    self.thresholds = classifier_metrics.tune_thresholds(
+        sigmoid(logits), self.splits["dev"][2])
+    return {THRESHOLDS_FILE: json.dumps(
+        dict(zip(self.labels, self.thresholds.tolist())), indent=1) + "\n"}
 
   def predict(self, predict, step):
     """({"test_results.tsv": a header of the labels, then one probability
