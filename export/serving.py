@@ -68,6 +68,7 @@ from official_bert.modeling import sentence_embedder
 from official_bert.data import segment_packing
 from official_bert.data import segments as segments_lib
 from official_bert.data import tokenization
+from official_bert import cli
 from official_bert.tasks.classification import classifier_outputs as classifier_outputs_lib
 
 SIGNATURE_TEXT = "serving_default"
@@ -447,7 +448,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       int8 weights (see `export/litert_int8.py`; its numeric outputs); the
       warmup then holds the `serving_ids` request only (what both serve).
     int8_content: the LiteRT bytes of an int8 model built and checked
-      already (the fine-tuning programs' gate, `finetuning_flags.int8_model`),
+      already (the fine-tuning programs' gate, `int8_predictor`),
       written as `model.tflite` instead of converting again; quantize="int8"
       is implied. The SavedModel and model.tflite appear together or not at
       all.
@@ -526,6 +527,33 @@ def int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
                          do_lower_case, seq_length,
                          remove_padding=remove_padding)
   return litert_int8.convert(module, SIGNATURE_IDS)
+
+
+def int8_predictor(model, outputs, vocab_file, do_lower_case, seq_length):
+  """`(predict, content, file_name)` of `model` with int8 weights, what the
+  fine-tuning programs gate on dev before they export anything:
+  `predict(inputs, batch_size)` -> the model's outputs (LiteRT,
+  litert_int8.Int8Model), its LiteRT bytes (`int8_model`: published by
+  `export_saved_model(..., int8_content=)` or `export_with_int8`) and their
+  file name in the export. Its outputs: `outputs(model outputs)` ->
+  {name: Tensor}, the export's own names (so model.tflite answers as the
+  SavedModel's serving_ids: run_embedding's `sentence_embedding`); None: a
+  model's dict as it is, its one array as `logits`. A failed conversion is
+  a cli.Error sentence saying that nothing was exported."""
+  try:
+    content = int8_model(model, outputs or litert_int8.model_outputs,
+                         vocab_file, do_lower_case, seq_length)
+  except ValueError as e:
+    raise cli.Error(f"nothing was exported: {e}") from None
+  lite = litert_int8.Int8Model(content)
+  names = lite.signature["outputs"]
+
+  def predict(inputs, batch_size):
+    # One output is the model's one array (logits, sentence_embedding).
+    found = lite.predict(inputs, batch_size)
+    return found[names[0]] if len(names) == 1 else found
+
+  return predict, content, litert_int8.LITERT_FILE
 
 
 def export_with_int8(write, export_dir, int8_content=None, version=None):

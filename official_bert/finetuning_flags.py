@@ -12,8 +12,11 @@ define their own data flags and then:
       task = ner_task.NerTask(ner_task.NerConfig(...))   # from the flags
       finetuning_flags.run(FLAGS, task, "run_ner", export)
 
-`run` has the task read its files (no TensorFlow yet), loads the config and
-vocab, has the task encode them and hands it to `finetuner.run_task`.
+`run` hands the task and the flags' values to `finetuner.read_and_run`,
+the flow in the training code: the task reads its files (no TensorFlow
+yet), the config and vocab are loaded, the task encodes its splits, then
+`finetuner.run_task`. Paths are checked by cli's `check_*`, as in every
+program.
 
 The flags are google-research/bert's (same names and defaults: the
 program passes its own defaults, as run_squad's max_seq_length=384), plus the
@@ -34,7 +37,6 @@ from export import quantize_flag
 from official_bert import cli
 from official_bert import tpu_flags
 from official_bert import trainer_flags
-from official_bert.training import cpu_allocator
 from official_bert.training import finetuner
 
 
@@ -139,8 +141,10 @@ def check_flags(fv, data_paths=None, mode_paths=None):
     if not getattr(fv, name):
       raise app.UsageError(f"--{name} is required.")
   for name, kind in kinds.items():
-    check_path(f"--{name}", getattr(fv, name), kind)
-  check_output_dir("--output_dir", fv.output_dir)
+    check = cli.check_input_dir if kind == "dir" else cli.check_input_file
+    check(name, getattr(fv, name))
+  # Made only when the run starts writing: bad input leaves nothing behind.
+  cli.check_output_dir("output_dir", fv.output_dir, create=False)
   if fv.init_checkpoint and cli.blocked_by(fv.init_checkpoint):
     raise cli.missing("init_checkpoint", fv.init_checkpoint)
   if fv.quantize == "int8" and not fv.export_dir:
@@ -176,74 +180,6 @@ def check_flags(fv, data_paths=None, mode_paths=None):
                          f"{fv.warmup_proportion}.")
 
 
-def check_path(flag, path, kind):
-  """`path` exists, is a `kind` ("file" or "dir") and is readable."""
-  if not os.path.exists(path):
-    blocked = cli.blocked_by(path)
-    if blocked:
-      raise app.UsageError(f"{flag} {path} cannot be reached: {blocked} is "
-                           "not readable; fix its permissions.")
-    raise app.UsageError(f"{flag} {path} does not exist.")
-  if kind == "dir" and not os.path.isdir(path):
-    raise app.UsageError(f"{flag} {path} is a file; pass the directory that "
-                         "holds the task's files.")
-  if kind == "file" and os.path.isdir(path):
-    raise app.UsageError(f"{flag} {path} is a directory; pass the file.")
-  if not os.access(path, os.R_OK | (os.X_OK if kind == "dir" else 0)):
-    raise app.UsageError(f"{flag} {path} is not readable; fix its "
-                         "permissions.")
-
-
-def check_output_dir(flag, path):
-  """`path` is, or can be made as, a directory we can write to (it is made
-  only when the run starts writing, so bad input leaves nothing behind)."""
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise app.UsageError(f"{flag} {path} is a file; pass a directory.")
-  existing = os.path.abspath(path)
-  while not os.path.exists(existing):
-    existing = os.path.dirname(existing)
-  if not os.path.isdir(existing):
-    raise app.UsageError(f"{flag} {path} cannot be made: {existing} is a "
-                         "file; pass a directory path.")
-  if not os.access(existing, os.W_OK | os.X_OK):
-    raise app.UsageError(f"{flag} {path} is not writable ({existing}); pass "
-                         "a writable directory.")
-
-
-def load_config_and_vocab(fv):
-  """(BertConfig, FullTokenizer) of --bert_config_file and --vocab_file,
-  checked against each other and --max_seq_length. The config is read
-  first, then TensorFlow starts (`cli.start_tensorflow`: without its
-  start-up lines; the tokenizer needs it), so the programs call it after
-  checking their data files. TensorFlow loads with its oneDNN rewrites on
-  (`cpu_allocator.use_onednn`) unless the user said otherwise."""
-  from official_bert import configs  # pylint: disable=g-import-not-at-top
-  try:
-    config = configs.BertConfig.from_json_file(fv.bert_config_file,
-                                               "--bert_config_file")
-  except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
-    raise app.UsageError(str(e))
-  if fv.max_seq_length > config.max_position_embeddings:
-    raise app.UsageError(
-        f"--max_seq_length={fv.max_seq_length} exceeds max_position_"
-        f"embeddings={config.max_position_embeddings} of "
-        f"{fv.bert_config_file}; lower --max_seq_length.")
-  cpu_allocator.use_onednn()
-  cli.start_tensorflow()
-  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
-  try:
-    tokenizer = tokenization.FullTokenizer(fv.vocab_file,
-                                           fv.do_lower_case)
-  except (ValueError, UnicodeDecodeError) as e:
-    raise app.UsageError(f"--vocab_file {fv.vocab_file}: {e}")
-  if tokenizer.vocab_size > config.vocab_size:
-    raise app.UsageError(
-        f"--vocab_file {fv.vocab_file} has {tokenizer.vocab_size} tokens, "
-        f"more than vocab_size={config.vocab_size} of "
-        f"{fv.bert_config_file}; pass the model's own vocab.txt.")
-  return config, tokenizer
-
-
 def driver_config(fv, num_train_examples):
   """The DriverConfig of a fine-tuning run: the trainer's flags, the steps
   of --num_train_epochs over `num_train_examples` (at least one), padding
@@ -266,71 +202,30 @@ def driver_config(fv, num_train_examples):
 
 def run(fv, task, program, export=None):
   """A fine-tuning program's run once its flags are checked and its task
-  built: the task reads every split it needs (before TensorFlow starts: a
-  bad file fails at once, not after training), the model's config and
-  vocabulary are loaded, the task encodes its splits, and
-  `finetuner.run_task` trains, evaluates, predicts and exports (`export`,
-  `(model, int8_content) -> path`, when --export_dir is set: it publishes
-  the version whole, with int8_content, LiteRT bytes or None, as its
-  model.tflite). With --quantize=int8 the int8 model (`int8_model`, answering
-  with the task's `export_spec().int8_outputs`) is built and checked on dev
-  before anything is exported, and passed to `export` when it passes.
-  Returns run_task's answer."""
-  try:
-    task.read()
-  except (ValueError, UnicodeDecodeError, OSError) as e:
-    raise app.UsageError(data_error(e))
-  bert_config, tokenizer = load_config_and_vocab(fv)
-  try:
-    task.encode(tokenizer, fv.max_seq_length)
-  except ValueError as e:
-    raise app.UsageError(str(e))
+  built: `finetuner.read_and_run` with the flags' values (the task reads
+  its files before TensorFlow starts, then the config and vocabulary, the
+  encoding, training, evaluation, prediction and the export). `export`,
+  `(model, int8_content) -> path`, publishes the version whole when
+  --export_dir is set; with --quantize=int8 the int8 model
+  (`serving.int8_predictor`, answering with the task's
+  `export_spec().int8_outputs`) is built and checked on dev before anything
+  is exported. Returns run_task's answer."""
+  from export import serving  # pylint: disable=g-import-not-at-top
   # run_squad evaluates on its --predict_file, with its batch size.
   evaluating = "do_eval" in fv
-  return finetuner.run_task(
-      task, driver_config(fv, task.num_train_examples), bert_config,
+  int8 = None
+  if fv.quantize == "int8":
+    int8 = lambda model: serving.int8_predictor(
+        model, task.export_spec().int8_outputs, fv.vocab_file,
+        fv.do_lower_case, fv.max_seq_length)
+  return finetuner.read_and_run(
+      task, lambda num_train_examples: driver_config(fv, num_train_examples),
+      bert_config_file=fv.bert_config_file, vocab_file=fv.vocab_file,
+      do_lower_case=fv.do_lower_case, max_seq_length=fv.max_seq_length,
       program=program, do_eval=evaluating and fv.do_eval,
       do_predict=fv.do_predict,
       eval_batch_size=(fv.eval_batch_size if evaluating
                        else fv.predict_batch_size),
       predict_batch_size=fv.predict_batch_size,
-      export=export if fv.export_dir else None,
-      int8=(lambda model: int8_model(fv, model,
-                                     task.export_spec().int8_outputs))
-      if fv.quantize == "int8" else None,
+      export=export if fv.export_dir else None, int8=int8,
       max_quantization_drop=fv.max_quantization_drop)
-
-
-def int8_model(fv, model, outputs=None):
-  """`(predict, content, file_name)` of `model` with int8 weights
-  (export/litert_int8.py): `predict(inputs, batch_size)` -> the model's
-  outputs, its LiteRT bytes (what `export(model, int8_content)` publishes)
-  and their file name in the export. Its outputs: `outputs(model outputs)`
-  -> {name: Tensor}, the export's own names (so model.tflite answers as
-  the SavedModel's serving_ids: run_embedding's `sentence_embedding`);
-  default a model's dict as it is, its one array as `logits`."""
-  from export import litert_int8  # pylint: disable=g-import-not-at-top
-  from export import serving  # pylint: disable=g-import-not-at-top
-  try:
-    content = serving.int8_model(model, outputs or litert_int8.model_outputs,
-                                 fv.vocab_file, fv.do_lower_case,
-                                 fv.max_seq_length)
-  except ValueError as e:
-    raise cli.Error(f"nothing was exported: {e}") from None
-  lite = litert_int8.Int8Model(content)
-  names = lite.signature["outputs"]
-
-  def predict(inputs, batch_size):
-    # One output is the model's one array (logits, sentence_embedding).
-    found = lite.predict(inputs, batch_size)
-    return found[names[0]] if len(names) == 1 else found
-
-  return predict, content, litert_int8.LITERT_FILE
-
-
-def data_error(error):
-  """One sentence for a ValueError/OSError met reading the task's files."""
-  if isinstance(error, OSError):
-    return (f"cannot read {error.filename}: {error.strerror}; fix the path "
-            "or its permissions.")
-  return str(error)

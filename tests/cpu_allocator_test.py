@@ -138,14 +138,12 @@ def test_the_users_own_onednn_setting_wins(monkeypatch, user, requested):
 def test_the_fine_tuning_programs_ask_for_onednn_before_tensorflow(
     monkeypatch, tmp_path):
   """run_classifier, run_squad and run_ner load TensorFlow through
-  `load_config_and_vocab`; it sets the variable first."""
-  import types  # pylint: disable=g-import-not-at-top
-  from official_bert import finetuning_flags  # pylint: disable=g-import-not-at-top
+  `finetuner.load_config_and_vocab`; it sets the variable first."""
+  from official_bert.training import finetuner  # pylint: disable=g-import-not-at-top
   testing.require_shared_data()
   monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
   config_file = str(tmp_path / "bert_config.json")
   testing.tiny_config(vocab_size=30522).to_json_file(config_file)
-  finetuning_flags.load_config_and_vocab(types.SimpleNamespace(
-      bert_config_file=config_file, vocab_file=testing.VOCAB,
-      do_lower_case=True, max_seq_length=16))
+  finetuner.load_config_and_vocab(config_file, testing.VOCAB,
+                                  do_lower_case=True, max_seq_length=16)
   assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"

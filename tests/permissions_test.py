@@ -133,8 +133,6 @@ def _cases(r):
                                     f"{L} is not readable")
   cfg, vocab, text = (f"{r}/bert_config.json", f"{r}/vocab.txt",
                       f"{r}/text.txt")
-  finetuning = lambda flag, path: (f"{flag} {path} cannot be reached: {L} "
-                                   "is not readable")
   qs = ["-m", "official_bert.quickstart"]
   lv = ["-m", "tfrecords.learn_vocab", f"--output_file={r}/out/v.txt"]
   cpd = ["-m", "tfrecords.create_pretraining_data", f"--vocab_file={vocab}",
@@ -199,7 +197,7 @@ def _cases(r):
           f"--bert_config_file {r}/locked_bert_config.json is not readable"),
       "run_classifier dir": (rc + [f"--task_data_dir={L}/cls",
                                    f"--output_dir={r}/out/c"],
-                             finetuning("--task_data_dir", f"{L}/cls")),
+                             unreachable("task_data_dir", f"{L}/cls")),
       "run_classifier output": (rc + [f"--task_data_dir={r}/cls",
                                       f"--output_dir={r}/read_only/c"],
                                 f"--output_dir {r}/read_only/c is not "

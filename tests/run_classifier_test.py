@@ -216,15 +216,28 @@ def _mrpc_files(directory, n_train=40, n_dev=9):
      r"--data_dir \S+ has no dev file dev.tsv for --task_name=MRPC"),
     ("mrpc", ["--task_name=SQuAD"], r"--task_name=SQuAD is not a known task"),
     ("mrpc", ["--task_name=MRPC", "--output_dir={out_file}"],
-     r"--output_dir \S+ is a file; pass a directory"),
+     r"--output_dir=\S+ is a file, not a directory; pass a directory"),
     ("mrpc", ["--task_name=MRPC", "--data_dir={out_file}"],
-     r"--data_dir \S+ is a file; pass the directory"),
+     r"--data_dir=\S+ is a file, not a directory; pass a directory"),
     ("mrpc", ["--task_name=MRPC", "--bert_config_file={tmp}"],
-     r"--bert_config_file \S+ is a directory; pass the file"),
+     r"--bert_config_file=\S+ is a directory; pass a file"),
     ("binary", ["--task_name=MRPC"], r"train.tsv is not UTF-8 text"),
     ("empty_dev", ["--task_name=MRPC"], r"dev.tsv has no examples"),
     ("mrpc", ["--task_name=MRPC", "--task_data_dir={tmp}"],
      r"--data_dir and --task_data_dir name different directories"),
+    # The flag checks' boundaries: 1 is no warmup proportion, a negative
+    # drop is refused, and 0 is a drop the gate may allow (the run then
+    # meets the missing dev file).
+    ("mrpc", ["--task_name=MRPC", "--warmup_proportion=1"],
+     r"--warmup_proportion must be in \[0, 1\), got 1"),
+    ("mrpc", ["--task_name=MRPC", "--quantize=int8", "--export_dir={tmp}/e",
+              "--max_quantization_drop=-0.01"],
+     r"--max_quantization_drop must be 0 or more, got -0.01"),
+    ("no_dev", ["--task_name=MRPC", "--quantize=int8", "--export_dir={tmp}/e",
+                "--max_quantization_drop=0"],
+     r"--data_dir \S+ has no dev file dev.tsv"),
+    ("mrpc", ["--task_name=MRPC", "--early_stopping_patience=2"],
+     r"--early_stopping_patience needs --eval_every_steps"),
 ])
 def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, setup, flags_,
                                                       match):

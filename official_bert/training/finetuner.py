@@ -304,6 +304,73 @@ def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None,
       model(probe, training=False))
 
 
+def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
+                          max_seq_length):
+  """(BertConfig, FullTokenizer) of `bert_config_file` and `vocab_file`,
+  checked against each other and `max_seq_length` (cli.Error: one sentence
+  naming the flag). The config is read first, then TensorFlow starts
+  (`cli.start_tensorflow`: without its start-up lines; the tokenizer needs
+  it), so a program calls it after checking its data files. TensorFlow
+  loads with its oneDNN rewrites on (`cpu_allocator.use_onednn`) unless the
+  user said otherwise."""
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
+  try:
+    config = configs.BertConfig.from_json_file(bert_config_file,
+                                               "--bert_config_file")
+  except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+    raise cli.Error(str(e)) from None
+  if max_seq_length > config.max_position_embeddings:
+    raise cli.Error(
+        f"--max_seq_length={max_seq_length} exceeds max_position_"
+        f"embeddings={config.max_position_embeddings} of "
+        f"{bert_config_file}; lower --max_seq_length.")
+  cpu_allocator.use_onednn()
+  cli.start_tensorflow()
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  try:
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise cli.Error(f"--vocab_file {vocab_file}: {e}") from None
+  if tokenizer.vocab_size > config.vocab_size:
+    raise cli.Error(
+        f"--vocab_file {vocab_file} has {tokenizer.vocab_size} tokens, "
+        f"more than vocab_size={config.vocab_size} of "
+        f"{bert_config_file}; pass the model's own vocab.txt.")
+  return config, tokenizer
+
+
+def read_and_run(task, driver_config, *, bert_config_file, vocab_file,
+                 do_lower_case, max_seq_length, **run_task_args):
+  """A fine-tuning program's flow: the task reads every split it needs
+  (before TensorFlow starts: a bad file fails at once, not after training),
+  the model's config and vocabulary are loaded (`load_config_and_vocab`),
+  the task encodes its splits, and `run_task` (with `run_task_args`) trains,
+  evaluates, predicts and exports. `driver_config(num_train_examples)` ->
+  the run's DriverConfig (its steps count the task's examples). Bad input
+  is a cli.Error sentence naming the file."""
+  try:
+    task.read()
+  except (ValueError, UnicodeDecodeError, OSError) as e:
+    raise cli.Error(data_error(e)) from None
+  bert_config, tokenizer = load_config_and_vocab(
+      bert_config_file, vocab_file, do_lower_case, max_seq_length)
+  try:
+    task.encode(tokenizer, max_seq_length)
+  except ValueError as e:
+    raise cli.Error(str(e)) from None
+  return run_task(task, driver_config(task.num_train_examples), bert_config,
+                  **run_task_args)
+
+
+def data_error(error):
+  """One sentence for a ValueError/OSError met reading the task's files."""
+  if isinstance(error, OSError):
+    return (f"cannot read {error.filename}: {error.strerror}; fix the path "
+            "or its permissions.")
+  return str(error)
+
+
 def run_task(task, config, bert_config, *, program, do_eval, do_predict,
              eval_batch_size, predict_batch_size, export=None, int8=None,
              max_quantization_drop=None):
