@@ -26,7 +26,6 @@ import numpy as np
 from official_bert.data import text_files
 from official_bert.training import classifier_metrics
 from official_bert.training import task as task_lib
-from official_bert.tasks.classification import classifier_outputs
 from official_bert.tasks.classification import classifier_windows
 from official_bert.tasks.classification import glue
 
@@ -356,6 +355,9 @@ class ClassificationTask:
     """Raw text (pairs with text_pair) in; the probabilities and label
     names, or the value for regression, out; with doc_stride each text's
     windows combined."""
+    # TensorFlow's (the serving signatures'): loaded at export, not with
+    # the program's flags.
+    from official_bert.tasks.classification import classifier_outputs  # pylint: disable=g-import-not-at-top
     return task_lib.ExportSpec(
         outputs=(classifier_outputs.regression_outputs if self.regression
                  else classifier_outputs.classifier_outputs_with_labels(
