@@ -36,7 +36,6 @@ from absl import flags
 from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
-from official_bert.modeling import sentence_embedder
 from official_bert.tasks.embedding import embedding_task
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
@@ -58,10 +57,11 @@ def define_flags():
                       "the anchor should find.")
   flags.DEFINE_string("negative_column", "negative", "Column of a hard "
                       "negative, used when the training file has it.")
-  flags.DEFINE_enum("pooling", None, list(sentence_embedder.POOLINGS),
-                    "How tokens become one vector: mean (over the tokens) "
-                    "or cls (the [CLS] position's output). Unset: the "
-                    "run's own, --init_checkpoint's pooling.json, or mean.")
+  flags.DEFINE_enum("pooling", None,
+                    list(sentence_transformers_folder.POOLINGS), "How "
+                    "tokens become one vector: mean (over the tokens) or cls "
+                    "(the [CLS] position's output). Unset: the run's own, "
+                    "--init_checkpoint's pooling.json, or mean.")
 
 
 def _export(task, model, int8_content=None):

@@ -185,3 +185,25 @@ def test_start_tensorflow_prints_no_start_up_block():
                         capture_output=True, text=True, timeout=300,
                         check=True)
   assert proc.stderr.splitlines() == ["devices 1"], proc.stderr[-3000:]
+
+
+def test_programs_define_and_check_their_flags_before_tensorflow_loads():
+  """Importing a program (its modules, what defines and checks its flags)
+  loads no TensorFlow: --help and bad flags answer at once, and settings
+  made before TensorFlow starts (the allocator, oneDNN) still take. One
+  fresh interpreter imports them all."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  programs = ["official_bert.run_classifier", "official_bert.run_ner",
+              "official_bert.run_squad", "official_bert.run_embedding",
+              "official_bert.run_pretraining", "official_bert.finetuning_flags"]
+  code = ("import importlib, sys\n"
+          f"for name in {programs!r}:\n"
+          "  importlib.import_module(name)\n"
+          "  if 'tensorflow' in sys.modules:\n"
+          "    print(name)\n"
+          "    break\n")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=testing.ROOT,
+                        capture_output=True, text=True, timeout=120,
+                        check=True)
+  assert proc.stdout == "", f"{proc.stdout.strip()} imports TensorFlow"

@@ -329,3 +329,8 @@ def test_benchmark_without_datasets_is_one_sentence(tmp_path, monkeypatch):
   assert last.endswith("the datasets package, which is not installed: pip "
                        "install datasets"), last
   assert not (tmp_path / "work").exists()
+
+
+def test_the_flags_poolings_are_the_models():
+  from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
+  assert sentence_transformers_folder.POOLINGS == sentence_embedder.POOLINGS

@@ -28,6 +28,10 @@ import os
 
 POOLING_FILE = "pooling.json"
 # sentence-transformers' Pooling modes -> ours (its other modes: none here).
+# modeling/sentence_embedder.POOLINGS, without loading Keras (run_embedding
+# defines its --pooling choices from it before TensorFlow starts;
+# tests/embedding_test.py checks they are equal).
+POOLINGS = ("mean", "cls")
 _ST_POOLINGS = {"mean": "mean", "cls": "cls", "pooling_mode_mean_tokens":
                 "mean", "pooling_mode_cls_token": "cls"}
 
@@ -44,13 +48,12 @@ def _json_file(path):
 # ------------------------------------------------- our pooling.json ----
 def read_pooling(directory):
   """The pooling recorded in `directory`/pooling.json, or None."""
-  from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
   path = os.path.join(directory, POOLING_FILE)
   if not os.path.isfile(path):
     return None
   pooling = _json_file(path)
   pooling = pooling.get("pooling") if isinstance(pooling, dict) else None
-  if pooling not in sentence_embedder.POOLINGS:
+  if pooling not in POOLINGS:
     raise ValueError(f"{path} should be {{\"pooling\": \"mean\"}} or "
                      f"\"cls\", not {pooling!r}")
   return pooling
