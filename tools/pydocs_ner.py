@@ -22,7 +22,6 @@ Sentences with an entity are all kept, plus as many without one.
 import os
 import random
 import re
-import sys
 
 from tools import corpus as pydocs
 
@@ -116,14 +115,21 @@ def write_task(directory, corpus, max_sentences=None, seed=0):
   return task
 
 
-def main(argv):
+def define_flags():
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.DEFINE_string("output_dir", None, "Where train/dev/test.txt go.")
   flags.DEFINE_string("corpus", pydocs.PYDOCS, "The pydocs corpus.")
   flags.DEFINE_integer("max_train_sentences", None, "Keep the first N.")
   flags.DEFINE_integer("max_eval_sentences", None, "Keep the first N of dev "
                        "and of test.")
-  flags.FLAGS(argv)
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from official_bert import cli  # pylint: disable=g-import-not-at-top
+  cli.check_output_dir("output_dir", flags.FLAGS.output_dir, create=False)
+  cli.check_text_file("corpus", flags.FLAGS.corpus)
   limits = {}
   if flags.FLAGS.max_train_sentences:
     limits["train"] = flags.FLAGS.max_train_sentences
@@ -141,4 +147,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  main(sys.argv)
+  from official_bert import cli  # pylint: disable=g-import-not-at-top
+  define_flags()
+  cli.run(main)
