@@ -112,7 +112,7 @@ BLOCKS = {
         "learned 1855 whole words the vocabulary lacks from 70216 lines of "
         "--domain_corpus": "extend_checkpoint's output (checked)",
     },
-    "docs/fine-tuning.md": {
+    "docs/classification.md": {
         "text,label": "my_task's CSV (the fixture's files)",
         "python -m official_bert.run_classifier --task_data_dir=my_task \\":
             "classifier from the quickstart",
@@ -129,14 +129,20 @@ BLOCKS = {
         "python -m benchmarks.long_document_benchmark "
         "--work_dir=/tmp/long_128 --size=bert_tiny \\":
             "long document benchmark at 128",
+    },
+    "docs/sentence-embeddings.md": {
         "python -m tools.retrieval_task --out_dir=/tmp/pairs --train=2000 "
         "--dev=500": "sentence embeddings",
         "python -m benchmarks.embedding_benchmark "
         "--work_dir=/tmp/embedding_benchmark --rounds=2":
             "embedding benchmark",
+    },
+    "docs/ner.md": {
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
         "python -m tools.pydocs_ner --output_dir=/tmp/pydocs_ner "
         "--max_eval_sentences=600": "ner from the quickstart",
+    },
+    "docs/squad.md": {
         "python -m official_bert.run_squad \\": "squad",
         "python -m tools.squad_task --out_dir=/tmp/pydocs_qa":
             "squad from the quickstart",
@@ -752,7 +758,7 @@ def _build_world(w):
     os.makedirs(w / "squad", exist_ok=True)
     shutil.copy(os.path.join(testing.SHARED_DATA, "squad_v2_sample.json"),
                 w / "squad" / f"{split}-v2.0.json")
-  # The CSV of docs/fine-tuning.md, as it is shown, for each split.
+  # The CSV of docs/classification.md, as it is shown, for each split.
   csv_text = _block("my_task's CSV (the fixture's files)")
   for split in ("train", "dev", "test"):
     _write(w / "my_task" / f"{split}.csv", csv_text)
@@ -787,7 +793,7 @@ def serving_export(world, bert_base):
 
 @pytest.fixture(scope="module")
 def quickstart_classifier(world, pretrained):
-  """docs/fine-tuning.md's first run: the CSV, from the quickstart's model."""
+  """docs/classification.md's first run: the CSV, from the quickstart's model."""
   del pretrained
   _once(world.parent, "quickstart_classifier",
         lambda: _run_sh("classifier from the quickstart", world))
@@ -796,7 +802,7 @@ def quickstart_classifier(world, pretrained):
 
 @pytest.fixture(scope="module")
 def glue_run(world, bert_base):
-  """docs/fine-tuning.md's MRPC run, from the converted checkpoint."""
+  """docs/classification.md's MRPC run, from the converted checkpoint."""
   del bert_base
   _once(world.parent, "glue", lambda: _run_sh("glue", world))
   return world / "out" / "mrpc_output"

@@ -40,7 +40,7 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
       str(tmp_path / "task"), version_2=True, max_train=160, max_dev=10,
       train_docs=range(0, 300), dev_docs=range(300, 470))
   # One predict file: the task's training questions and the SQuAD sample's.
-  # (A model this small only memorises; docs/fine-tuning.md measures
+  # (A model this small only memorises; docs/squad.md measures
   # held-out questions.)
   with open(SAMPLE, encoding="utf-8") as f:
     sample = json.load(f)["data"]

@@ -1,2 +1,3 @@
-"""Programs the docs run: the rule-labelled tasks fine-tuned on in
-docs/fine-tuning.md, made from the shared corpus."""
+"""Programs the docs run: the rule-labelled tasks that docs/classification.md,
+sentence-embeddings.md, ner.md and squad.md fine-tune on, made from the shared
+corpus."""

@@ -63,7 +63,7 @@ def prior_bias(labels):
   4.1) where Hugging Face and the original start at 0 (every sigmoid 0.5).
   From 0.5 every label first has to fall to its frequency, and that first,
   uniform gradient reaches the encoder through every example
-  (docs/fine-tuning.md#multi-label-classification has the measurements).
+  (docs/classification.md#multi-label-classification has the measurements).
   """
   labels = np.asarray(labels, np.float64)
   labels = labels.reshape(-1, labels.shape[-1])
