@@ -210,14 +210,15 @@ def run(fv, task, program, export=None):
   (`serving.int8_predictor`, answering with the task's
   `export_spec().int8_outputs`) is built and checked on dev before anything
   is exported. Returns run_task's answer."""
-  from export import serving  # pylint: disable=g-import-not-at-top
   # run_squad evaluates on its --predict_file, with its batch size.
   evaluating = "do_eval" in fv
-  int8 = None
-  if fv.quantize == "int8":
-    int8 = lambda model: serving.int8_predictor(
-        model, task.export_spec().int8_outputs, fv.vocab_file,
-        fv.do_lower_case, fv.max_seq_length)
+
+  def int8(model):
+    from export import serving  # pylint: disable=g-import-not-at-top
+    return serving.int8_predictor(model, task.export_spec().int8_outputs,
+                                  fv.vocab_file, fv.do_lower_case,
+                                  fv.max_seq_length)
+
   return finetuner.read_and_run(
       task, lambda num_train_examples: driver_config(fv, num_train_examples),
       bert_config_file=fv.bert_config_file, vocab_file=fv.vocab_file,
@@ -227,5 +228,6 @@ def run(fv, task, program, export=None):
       eval_batch_size=(fv.eval_batch_size if evaluating
                        else fv.predict_batch_size),
       predict_batch_size=fv.predict_batch_size,
-      export=export if fv.export_dir else None, int8=int8,
+      export=export if fv.export_dir else None,
+      int8=int8 if fv.quantize == "int8" else None,
       max_quantization_drop=fv.max_quantization_drop)
