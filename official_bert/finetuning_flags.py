@@ -1,7 +1,8 @@
 """The fine-tuning programs' flags: definitions, checks, the driver's config.
 
-`run_classifier.py`, `run_ner.py` and `run_squad.py` (and any task program)
-define their own data flags and then:
+The fine-tuning programs (run_classifier.py, run_ner.py, run_squad.py,
+run_embedding.py, and any task program) define their own data flags and
+then:
 
     finetuning_flags.define_flags(max_seq_length=128, learning_rate=5e-5)
     ...

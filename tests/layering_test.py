@@ -141,11 +141,15 @@ def task_violations(modules):
   return bad
 
 
+def imports_within(modules, prefixes):
+  """(module, import) pairs where a module imports one of `prefixes`."""
+  return [(m, i) for m, path in modules.items()
+          for i in sorted(_imports(path, m)) if _within(i, prefixes)]
+
+
 def checkpoint_tool_violations(modules):
   """(module, import) pairs where a module imports official_bert.tasks."""
-  return [(m, i) for m, path in modules.items()
-          for i in sorted(_imports(path, m))
-          if _within(i, ("official_bert.tasks",))]
+  return imports_within(modules, ("official_bert.tasks",))
 
 
 def model_violations(modules):
@@ -166,16 +170,12 @@ def model_violations(modules):
 
 
 def trainer_violations(modules):
-  return [(m, i) for m, path in modules.items()
-          for i in sorted(_imports(path, m))
-          if _within(i, ("official_bert.modeling",))]
+  return imports_within(modules, ("official_bert.modeling",))
 
 
 def importers_of_tests(modules):
   """(module, import) pairs where a module imports `tests`."""
-  return [(m, i) for m, path in modules.items()
-          for i in sorted(_imports(path, m))
-          if _within(i, ("tests",))]
+  return imports_within(modules, ("tests",))
 
 
 def flags_violations(modules):

@@ -1,8 +1,10 @@
 """The driver's fine-tuning layer: padding, evaluation while training, predict.
 
-`run_classifier`, `run_ner` and `run_squad` build a `DriverConfig` from
-their flags (`finetuning_flags.driver_config`) and a task (tasks/*_task.py)
-and call `run_task`, which does:
+The fine-tuning programs (run_classifier, run_ner, run_squad,
+run_embedding) build a task (official_bert/tasks/<task>/) and call
+`read_and_run` (through finetuning_flags.run) with their flags' values: the
+task reads and encodes its files, a `DriverConfig` is built for its
+examples, and `run_task` does:
 
     run = Finetuner(config, task, bert_config)  # Driver.build_task
     run.write_run_files(bert_config, files=task.run_files())

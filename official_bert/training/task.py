@@ -13,7 +13,8 @@ reads a member of a task that is not declared here nor asks `getattr` or
     Task            every task, pretraining included: its model, losses and
                     training metrics (Driver.build_task), the files written
                     beside flags.json, the first lines of the log.
-    FinetuningTask  a Task that training/finetuning_run.py runs: reading and
+    FinetuningTask  a Task that training/finetuner.py runs (read_and_run,
+                    run_task): reading and
                     encoding its files, its training arrays, dev evaluation,
                     what it tunes on dev, prediction files and what its
                     export needs.
@@ -84,7 +85,7 @@ class Task(typing.Protocol):
 
 @typing.runtime_checkable
 class FinetuningTask(Task, typing.Protocol):
-  """A Task that training/finetuning_run.py runs: read, encode, train,
+  """A Task that training/finetuner.py runs: read, encode, train,
   evaluate on dev, tune on dev, predict, export. `predict` arguments below
   are `predict(inputs, fill=0.0)` -> the model's outputs as numpy float32
   (the same structure as the model's), run with the run's padding;
