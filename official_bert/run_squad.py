@@ -90,17 +90,15 @@ def _export(model, int8_content=None):
   model.tflite."""
   from export import serving  # pylint: disable=g-import-not-at-top
   from export import squad_serving  # pylint: disable=g-import-not-at-top
+  # The exporter's arguments of these names are the flags'.
+  answers = {name: FLAGS[name].value for name in (
+      "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+      "version_2_with_negative", "null_score_diff_threshold")}
   return serving.export_with_int8(
       lambda export_dir, version: squad_serving.export_squad_model(
           export_dir, model, FLAGS.vocab_file,
           do_lower_case=FLAGS.do_lower_case,
-          seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
-          max_query_length=FLAGS.max_query_length,
-          n_best_size=FLAGS.n_best_size,
-          max_answer_length=FLAGS.max_answer_length,
-          version_2_with_negative=FLAGS.version_2_with_negative,
-          null_score_diff_threshold=FLAGS.null_score_diff_threshold,
-          version=version),
+          seq_length=FLAGS.max_seq_length, version=version, **answers),
       FLAGS.export_dir, int8_content)
 
 

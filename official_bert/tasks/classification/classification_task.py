@@ -332,11 +332,6 @@ class ClassificationTask:
     return eval_results(self.split_logits("dev", predict), ids,
                         self.regression, step)
 
-  def tune(self, predict):
-    """Nothing: a single-label classifier takes the most probable class."""
-    del predict
-    return {}
-
   def eval_summary(self, result):
     return f"{self.best_metric} {result[self.best_metric]:.4f}"
 
@@ -349,6 +344,10 @@ class ClassificationTask:
     rows = test_results_rows(logits, self.regression)
     return ({"test_results.tsv": "".join(row + "\n" for row in rows)},
             f"{len(rows)} test predictions in {seconds:.1f} s", None)
+
+  def tune(self, predict):
+    del predict  # nothing to choose on dev: the most probable class is the prediction
+    return {}
 
   # ----------------------------------------------------------- export ----
   def export_spec(self):

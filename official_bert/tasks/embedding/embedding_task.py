@@ -243,11 +243,6 @@ class EmbeddingTask:
     result["global_step"] = step
     return result
 
-  def tune(self, predict):
-    """Nothing: the task tunes nothing on dev."""
-    del predict
-    return {}
-
   def eval_summary(self, result):
     return (f"eval_mrr_at_10 {result['eval_mrr_at_10']:.4f} "
             f"eval_recall_at_1 {result['eval_recall_at_1']:.4f}")
@@ -263,6 +258,11 @@ class EmbeddingTask:
     return ({"test_embeddings.tsv": "".join(row + "\n" for row in rows)},
             f"{len(rows)} test predictions in {seconds:.1f} s", None)
 
+  def tune(self, predict):
+    del predict  # nothing to choose on dev: retrieval ranks by cosine alone
+    return {}
+
+  # ----------------------------------------------------------- export ----
   def export_spec(self):
     """`sentence_embedding` float32 [B, H] out, from the SavedModel and
     from model.tflite alike."""

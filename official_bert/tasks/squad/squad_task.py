@@ -222,11 +222,6 @@ class SquadTask:
     return evaluation(self.gold, predictions, null_odds, step,
                       self.config.version_2_with_negative)
 
-  def tune(self, predict):
-    """Nothing: the task tunes nothing on dev."""
-    del predict
-    return {}
-
   def eval_summary(self, result):
     return f"exact_match {result['exact_match']:.2f} f1 {result['f1']:.2f}"
 
@@ -248,6 +243,10 @@ class SquadTask:
       result = evaluation(self.gold, predictions, null_odds, step,
                           self.config.version_2_with_negative)
     return files, said, result
+
+  def tune(self, predict):
+    del predict  # nothing to choose on dev: --null_score_diff_threshold is the user's
+    return {}
 
   # ----------------------------------------------------------- export ----
   def export_spec(self):
