@@ -12,7 +12,7 @@ builds a `ClassificationConfig` from its flags; training/finetuner.py's
         do_train=True, do_eval=True))
     task.read()                  # every split checked, no TensorFlow yet
     task.encode(tokenizer, max_seq_length=128)
-    finetuner.run_task(task, driver_config, bert_config, tokenizer, ...)
+    finetuner.run_task(task, driver_config, bert_config, program=..., ...)
 """
 
 import dataclasses

@@ -25,7 +25,7 @@ used by the export and by later runs on that output_dir.
         data_dir="my_task", output_dir="/tmp/tags", task_type="multi_label",
         label_column="tags", do_train=True, do_eval=True))
     task.read(); task.encode(tokenizer, max_seq_length=128)
-    finetuner.run_task(task, driver_config, bert_config, tokenizer, ...)
+    finetuner.run_task(task, driver_config, bert_config, program=..., ...)
 """
 
 import dataclasses

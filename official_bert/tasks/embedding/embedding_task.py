@@ -13,7 +13,7 @@ hard negative) times `SCALE`, cross-entropy with its own positive as the
 class. Evaluation: retrieval on dev, each anchor against every dev positive
 by cosine (`retrieval_metrics`): eval_mrr_at_10 (the best metric),
 eval_recall_at_1, eval_recall_at_10. Prediction: the test anchors' vectors,
-test_embeddings.tsv. Export: `serving_outputs`, `sentence_embedding`.
+test_embeddings.tsv. Export (`export_spec`): `sentence_embedding`.
 
 The pooling is recorded as `pooling.json` ({"pooling": "mean"}) beside a
 run's checkpoints (training/sentence_transformers_folder.py, which
@@ -23,7 +23,7 @@ starting from one uses its pooling (`resolve_pooling` there).
     task = EmbeddingTask(EmbeddingConfig(data_dir="pairs", output_dir="/tmp/e",
                                          splits=("train", "dev")))
     task.read(); task.encode(tokenizer, max_seq_length=128)
-    finetuner.run_task(task, driver_config, bert_config, ...)
+    finetuner.run_task(task, driver_config, bert_config, program=..., ...)
 """
 
 import dataclasses
