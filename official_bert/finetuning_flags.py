@@ -60,6 +60,13 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                      "file.")
   flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with "
                      "linear learning-rate warmup.")
+  flags.DEFINE_list("student_layers", None, "Fine-tune a smaller student: "
+                    "keep only these layers (increasing indices, e.g. "
+                    "0,2,4) of the encoder --init_checkpoint names, with "
+                    "its embeddings and pooler, as DistilBERT and "
+                    "sentence-transformers' layer reduction do; the run's "
+                    "bert_config.json says the student's "
+                    "num_hidden_layers.")
   # ---- shared with run_pretraining.py: distribution, precision, loop
   trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
@@ -148,6 +155,7 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   cli.check_output_dir("output_dir", fv.output_dir, create=False)
   if fv.init_checkpoint and cli.blocked_by(fv.init_checkpoint):
     raise cli.missing("init_checkpoint", fv.init_checkpoint)
+  student_layers(fv)
   if fv.quantize == "int8" and not fv.export_dir:
     raise app.UsageError("--quantize=int8 quantizes the export: pass "
                          "--export_dir.")
@@ -181,6 +189,27 @@ def check_flags(fv, data_paths=None, mode_paths=None):
                          f"{fv.warmup_proportion}.")
 
 
+def student_layers(fv):
+  """--student_layers as a tuple of ints (None when unset); a value that is
+  not a list of layer indices, or given without --init_checkpoint, is an
+  app.UsageError (the range is checked against bert_config.json by
+  finetuner.load_config_and_vocab)."""
+  if fv.student_layers is None:
+    return None
+  try:
+    layers = tuple(int(index) for index in fv.student_layers)
+  except ValueError:
+    layers = ()
+  if not layers:
+    raise app.UsageError(f"--student_layers={','.join(fv.student_layers)} "
+                         "is not a list of layer indices; pass the teacher's "
+                         "layers to keep, such as 0,2,4.")
+  if not fv.init_checkpoint:
+    raise app.UsageError("--student_layers keeps layers of the encoder that "
+                         "--init_checkpoint names; pass --init_checkpoint.")
+  return layers
+
+
 def driver_config(fv, num_train_examples):
   """The DriverConfig of a fine-tuning run: the trainer's flags, the steps
   of --num_train_epochs over `num_train_examples` (at least one), padding
@@ -193,6 +222,7 @@ def driver_config(fv, num_train_examples):
       num_train_steps=num_train_steps,
       num_warmup_steps=int(num_train_steps * fv.warmup_proportion),
       num_train_epochs=fv.num_train_epochs,
+      student_layers=student_layers(fv),
       dynamic_padding=fv.dynamic_padding,
       pad_to_multiple_of=fv.pad_to_multiple_of,
       group_by_length=fv.group_by_length,
@@ -224,7 +254,7 @@ def run(fv, task, program, export=None):
       task, lambda num_train_examples: driver_config(fv, num_train_examples),
       bert_config_file=fv.bert_config_file, vocab_file=fv.vocab_file,
       do_lower_case=fv.do_lower_case, max_seq_length=fv.max_seq_length,
-      program=program, do_eval=evaluating and fv.do_eval,
+      student_layers=student_layers(fv), program=program, do_eval=evaluating and fv.do_eval,
       do_predict=fv.do_predict,
       eval_batch_size=(fv.eval_batch_size if evaluating
                        else fv.predict_batch_size),

@@ -7,7 +7,9 @@ has an *original name* (the TF1 checkpoint's, e.g.
     our variables  <->  original names  <->  Hugging Face state-dict names
 
 and loads a dict of arrays keyed by either naming into a model, reporting
-missing, unused and mis-shaped tensors in one error.
+missing, unused and mis-shaped tensors in one error. A student encoder that
+keeps some layers of a teacher's (`--student_layers`) reads each of its
+blocks under the name of the teacher's block it keeps (`layers`).
 """
 
 import re
@@ -15,11 +17,13 @@ import re
 import numpy as np
 
 
-def original_names(model):
+def original_names(model, layers=None):
   """Maps original TF1 names to `(variable, transpose)` of `model`.
 
   Args:
     model: a `BertEncoder` or a `BertPretrainer` (anything with `.encoder`).
+    layers: for a student, the teacher's layer index of each of its blocks
+      (block i is named `bert/encoder/layer_{layers[i]}`); None: its own.
 
   `transpose` is True where the original stores the matrix transposed to our
   kernel (only `cls/seq_relationship/output_weights`, [2, H] vs [H, 2]).
@@ -42,7 +46,7 @@ def original_names(model):
   table["bert/embeddings/position_embeddings"] = (emb.position_embeddings, False)
   layer_norm("bert/embeddings/LayerNorm", emb.layer_norm)
   for i, block in enumerate(encoder.encoder_layers):
-    prefix = f"bert/encoder/layer_{i}"
+    prefix = f"bert/encoder/layer_{_teacher_layer(i, layers)}"
     dense(f"{prefix}/attention/self/query", block.attention.query)
     dense(f"{prefix}/attention/self/key", block.attention.key)
     dense(f"{prefix}/attention/self/value", block.attention.value)
@@ -63,6 +67,23 @@ def original_names(model):
     table["cls/seq_relationship/output_weights"] = (nsp.dense.kernel, True)
     table["cls/seq_relationship/output_bias"] = (nsp.dense.bias, False)
   return table
+
+
+def encoder_children(encoder, layers=None):
+  """{name: sublayer} of a `BertEncoder` under the names of its checkpoint's
+  object graph (`model/encoder/<name>/...`: `embeddings`, `layer_N`,
+  `pooler`, the attributes `BertEncoder.build` sets); with `layers`, a
+  student's blocks under the names of the teacher's blocks they keep, so a
+  `tf.train.Checkpoint` of these children reads them from the teacher's
+  checkpoint."""
+  children = {"embeddings": encoder.embeddings, "pooler": encoder.pooler}
+  for i, block in enumerate(encoder.encoder_layers):
+    children[f"layer_{_teacher_layer(i, layers)}"] = block
+  return children
+
+
+def _teacher_layer(index, layers):
+  return index if layers is None else layers[index]
 
 
 # Hugging Face's names, derived from the original ones by rule (the same
@@ -144,14 +165,15 @@ def _all_original_names(state_dict):
   return names
 
 
-def assign_original(model, arrays, source="checkpoint"):
-  """Assigns arrays keyed by original name to `model`'s variables.
+def assign_original(model, arrays, source="checkpoint", layers=None):
+  """Assigns arrays keyed by original name to `model`'s variables
+  (`layers`: a student's, as `original_names`).
 
   Raises one ValueError listing every missing tensor and shape mismatch.
   Returns the sorted list of array names the model has no variable for
   (e.g. the MLM head's weights when loading into a bare encoder).
   """
-  table = original_names(model)
+  table = original_names(model, layers)
   missing = sorted(name for name in table if name not in arrays)
   mismatched = []
   for name, (variable, transpose) in table.items():

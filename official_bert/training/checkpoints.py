@@ -10,6 +10,10 @@ The trainer's checkpoints (`TrainingCheckpoints`, below) add `optimizer`,
     checkpoints.restore_encoder(encoder, "/path/to/output_dir")  # latest
     checkpoints.restore_encoder(encoder, "/path/to/ckpt-1000")   # a prefix
 
+`restore_encoder(student, path, layers=(0, 2, 4))` fills a smaller encoder
+with layers 0, 2 and 4 of the checkpoint's (and its embeddings and pooler):
+a student of `--student_layers`, named by checkpoint_names.py.
+
 The restore functions also read google-research/bert's own TF1 checkpoints
 (`bert_model.ckpt`, variables named `bert/encoder/layer_0/...`) directly,
 through the rename table of `checkpoint_names.py`; `convert_checkpoint.py`
@@ -212,24 +216,29 @@ def writing(checkpoint, prefix):
       clean_up=lambda: disk_full.remove_checkpoint(prefix))
 
 
-def restore_encoder(encoder, path):
+def restore_encoder(encoder, path, layers=None):
   """Restores `encoder`'s weights from any official_bert checkpoint.
 
   Accepts checkpoints whose `model` is a BertPretrainer (pretraining,
   conversion) or a model with an `encoder` attribute (fine-tuned models), and
   plain encoder checkpoints. Every encoder variable must be found: a
-  mismatch raises one ValueError naming the checkpoint.
+  mismatch raises one ValueError naming the checkpoint. `layers` (a
+  student's, increasing): block i of `encoder` reads the checkpoint's block
+  `layers[i]`; the checkpoint's other blocks are left unread.
   """
   prefix = resolve(path)
   if is_original(prefix):
-    _assign_original(encoder, prefix)
+    _assign_original(encoder, prefix, layers)
     return prefix
   reader = tf.train.load_checkpoint(prefix)
   names = reader.get_variable_to_shape_map()
+  # The encoder, or its sublayers under the teacher's names.
+  node = encoder if layers is None else tf.train.Checkpoint(
+      **checkpoint_names.encoder_children(encoder, layers))
   if any(name.startswith("model/encoder/") for name in names):
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=node))
   else:
-    root = tf.train.Checkpoint(model=encoder)
+    root = tf.train.Checkpoint(model=node)
   return _read(root, prefix, "the encoder's config")
 
 
@@ -272,15 +281,17 @@ def read_original(prefix):
   return arrays, ignored
 
 
-def _assign_original(model, prefix):
-  """Loads an original TF1 checkpoint into `model` (encoder or pretrainer).
+def _assign_original(model, prefix, layers=None):
+  """Loads an original TF1 checkpoint into `model` (encoder or pretrainer;
+  `layers`: a student's, as `restore_encoder`).
 
   Tensors the model has no variable for (the heads, for an encoder) are
   left unused; a missing or mis-shaped one raises `ValueError`.
   """
   arrays, _ = read_original(prefix)
   try:
-    checkpoint_names.assign_original(model, arrays, "the TF1 checkpoint")
+    checkpoint_names.assign_original(model, arrays, "the TF1 checkpoint",
+                                     layers)
   except ValueError as e:
     raise ValueError(f"{prefix}: {e} (check bert_config_file)") from None
 

@@ -29,7 +29,7 @@ Errors a user can fix are `cli.Error`s: one sentence naming the flag.
 import dataclasses
 import json
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 from official_bert import cli
 
@@ -52,6 +52,9 @@ class DriverConfig:
   steps_per_loop, save_checkpoints_steps, keep_checkpoint_max,
     gradient_accumulation_steps: the loop (training/trainer.py).
   init_checkpoint: warm-start weights, when output_dir holds no checkpoint.
+  student_layers: fine-tuning a student: the init_checkpoint encoder's
+    layers (increasing indices) that the model's smaller encoder keeps, with
+    its embeddings and pooler (training/finetuner.py); None: all of them.
   best_metric, eval_every_steps, early_stopping_patience, num_train_epochs,
     dynamic_padding, pad_to_multiple_of, group_by_length, remove_padding:
     fine-tuning's (training/finetuner.py).
@@ -82,6 +85,7 @@ class DriverConfig:
   max_grad_norm: float = 1.0
   # ---- where the loop starts, its length and its checkpoints
   init_checkpoint: Optional[str] = None
+  student_layers: Optional[Tuple[int, ...]] = None
   steps_per_loop: int = 1000
   save_checkpoints_steps: int = 1000
   keep_checkpoint_max: int = 5

@@ -92,7 +92,8 @@ class Finetuner(driver.Driver):
     return self.start
 
   def warm_start_encoder(self):
-    """The encoder from init_checkpoint; the task head starts fresh, as the
+    """The encoder from init_checkpoint (a student: its student_layers,
+    with the embeddings and pooler); the task head starts fresh, as the
     task's init_head sets it."""
     from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
     self.init_head(self.model)
@@ -101,12 +102,15 @@ class Finetuner(driver.Driver):
         print("No --init_checkpoint: fine-tuning from random weights.",
               flush=True)
       return
+    layers = self.config.student_layers
     try:
       prefix = checkpoints.restore_encoder(self.model.encoder,
-                                           self.config.init_checkpoint)
+                                           self.config.init_checkpoint, layers)
     except ValueError as e:
       raise cli.Error(f"--init_checkpoint: {e}") from None
-    print(f"Initialised the encoder from {prefix}", flush=True)
+    kept = (f" (a student of its layers {','.join(map(str, layers))})"
+            if layers else "")
+    print(f"Initialised the encoder from {prefix}{kept}", flush=True)
 
   def _use_best(self):
     """Loads output_dir/best (when there is one) into the model: evaluation,
@@ -307,10 +311,11 @@ def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None,
 
 
 def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
-                          max_seq_length):
+                          max_seq_length, student_layers=None):
   """(BertConfig, FullTokenizer) of `bert_config_file` and `vocab_file`,
   checked against each other and `max_seq_length` (cli.Error: one sentence
-  naming the flag). The config is read first, then TensorFlow starts
+  naming the flag); with `student_layers`, the config is the student's
+  (`student_config`). The config is read first, then TensorFlow starts
   (`cli.start_tensorflow`: without its start-up lines; the tokenizer needs
   it), so a program calls it after checking its data files. TensorFlow
   loads with its oneDNN rewrites on (`cpu_allocator.use_onednn`) unless the
@@ -327,6 +332,8 @@ def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
         f"--max_seq_length={max_seq_length} exceeds max_position_"
         f"embeddings={config.max_position_embeddings} of "
         f"{bert_config_file}; lower --max_seq_length.")
+  if student_layers:
+    config = student_config(config, student_layers, bert_config_file)
   cpu_allocator.use_onednn()
   cli.start_tensorflow()
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
@@ -342,11 +349,29 @@ def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
   return config, tokenizer
 
 
+def student_config(config, layers, bert_config_file):
+  """The BertConfig of a student keeping the teacher's `layers` of
+  `config` (the teacher's): its num_hidden_layers is their count. Indices
+  out of range, repeated or unsorted are one sentence (cli.Error) naming
+  --student_layers and the range."""
+  last = config.num_hidden_layers - 1
+  if any(not 0 <= index <= last for index in layers) or any(
+      a >= b for a, b in zip(layers, layers[1:])):
+    raise cli.Error(
+        f"--student_layers={','.join(map(str, layers))} must be increasing "
+        f"layer indices from 0 to {last} (num_hidden_layers="
+        f"{config.num_hidden_layers} of {bert_config_file}); pass the "
+        "teacher's layers to keep, such as 0,2,4.")
+  return config.replace(num_hidden_layers=len(layers))
+
+
 def read_and_run(task, driver_config, *, bert_config_file, vocab_file,
-                 do_lower_case, max_seq_length, **run_task_args):
+                 do_lower_case, max_seq_length, student_layers=None,
+                 **run_task_args):
   """A fine-tuning program's flow: the task reads every split it needs
   (before TensorFlow starts: a bad file fails at once, not after training),
-  the model's config and vocabulary are loaded (`load_config_and_vocab`),
+  the model's config and vocabulary are loaded (`load_config_and_vocab`;
+  a student's config with `student_layers`),
   the task encodes its splits, and `run_task` (with `run_task_args`) trains,
   evaluates, predicts and exports. `driver_config(num_train_examples)` ->
   the run's DriverConfig (its steps count the task's examples). Bad input
@@ -356,7 +381,8 @@ def read_and_run(task, driver_config, *, bert_config_file, vocab_file,
   except (ValueError, UnicodeDecodeError, OSError) as e:
     raise cli.Error(data_error(e)) from None
   bert_config, tokenizer = load_config_and_vocab(
-      bert_config_file, vocab_file, do_lower_case, max_seq_length)
+      bert_config_file, vocab_file, do_lower_case, max_seq_length,
+      student_layers)
   try:
     task.encode(tokenizer, max_seq_length)
   except ValueError as e:
