@@ -254,8 +254,8 @@ def run(fv, task, program, export=None):
       task, lambda num_train_examples: driver_config(fv, num_train_examples),
       bert_config_file=fv.bert_config_file, vocab_file=fv.vocab_file,
       do_lower_case=fv.do_lower_case, max_seq_length=fv.max_seq_length,
-      student_layers=student_layers(fv), program=program, do_eval=evaluating and fv.do_eval,
-      do_predict=fv.do_predict,
+      student_layers=student_layers(fv), program=program,
+      do_eval=evaluating and fv.do_eval, do_predict=fv.do_predict,
       eval_batch_size=(fv.eval_batch_size if evaluating
                        else fv.predict_batch_size),
       predict_batch_size=fv.predict_batch_size,
