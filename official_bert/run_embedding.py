@@ -9,13 +9,14 @@
 
 --task_data_dir holds `train`, `dev` and `test` files (`.tsv`, `.csv` or
 `.jsonl`, as run_classifier reads them) with the columns --anchor_column,
---positive_column and, when the training file has it, --negative_column (a
-hard negative). Training is sentence-transformers'
+--positive_column and, when the training file has them, --negative_column's
+(hard negatives). Training is sentence-transformers'
 MultipleNegativesRankingLoss: each anchor against every positive (and hard
 negative) of its batch, cosine x 20, cross-entropy
-(tasks/embedding/embedding_task.py). --pooling: mean (over the tokens) or cls; unset,
-the run's own, the --init_checkpoint's pooling.json (convert_checkpoint
-writes one for a sentence-transformers model) or mean.
+(tasks/embedding/embedding_task.py), in batches that repeat no text.
+--pooling: mean (over the tokens) or cls; unset, the run's own, the
+--init_checkpoint's pooling.json (convert_checkpoint writes one for a
+sentence-transformers model) or mean.
 
 Writes to --output_dir: ckpt-<step> (a rerun resumes), flags.json,
 bert_config.json, pooling.json, eval_results.txt (eval_mrr_at_10,
@@ -55,8 +56,11 @@ def define_flags():
                       "the anchor (the query).")
   flags.DEFINE_string("positive_column", "positive", "Column of the text "
                       "the anchor should find.")
-  flags.DEFINE_string("negative_column", "negative", "Column of a hard "
-                      "negative, used when the training file has it.")
+  flags.DEFINE_string("negative_column", "negative", "Columns of hard "
+                      "negatives, comma-separated, used when the training "
+                      "file has them: each name is a column, or (when the "
+                      "file has none of that name) the columns NAME_1, "
+                      "NAME_2, ... in order).")
   flags.DEFINE_enum("pooling", None,
                     list(sentence_transformers_folder.POOLINGS), "How "
                     "tokens become one vector: mean (over the tokens) or cls "

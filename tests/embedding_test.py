@@ -271,6 +271,60 @@ def test_the_training_files_negative_column_is_in_the_loss(tmp_path):
   assert loss["with"] > loss["without"] + 0.1, loss
 
 
+def _write_table(directory, header, rows):
+  os.makedirs(directory, exist_ok=True)
+  (directory / "train.tsv").write_text(
+      "".join("\t".join(row) + "\n" for row in [header] + rows),
+      encoding="utf-8")
+
+
+def test_every_negative_column_is_in_the_loss(tmp_path):
+  """Several negative columns all enter the loss: on the same weights and
+  8 pairs (one batch), the loss of anchor, positive, negative_1, negative_2
+  (the mined layout, read by the default --negative_column=negative) is
+  MultipleNegativesRankingLoss over the batch's positives and both
+  negatives (numpy's, which the first test checks against
+  sentence-transformers'), the same when the columns are named in a list
+  (--negative_column=hard,harder), and higher than with negative_1 alone.
+  Bug caught: reading only the first negative column (of the numbered ones
+  or of the list)."""
+  testing.require_shared_data()
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  rows = _write_pairs(tmp_path / "pairs", n_train=8, n_dev=8)
+  # A second negative per row: a dev anchor (another document's sentence).
+  table = [list(row) + [dev[0]] for row, dev in zip(rows["train"],
+                                                    rows["dev"])]
+  _write_table(tmp_path / "two", ["anchor", "positive", "negative_1",
+                                  "negative_2"], table)
+  _write_table(tmp_path / "listed", ["anchor", "positive", "hard", "harder"],
+               table)
+  _write_table(tmp_path / "first", ["anchor", "positive", "negative_1"],
+               [row[:3] for row in table])
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB, True)
+  bert_config = configs.BertConfig.from_json_file(_config(tmp_path))
+  model, loss, outputs = None, {}, {}
+  for name, column in (("two", "negative"), ("listed", "hard,harder"),
+                       ("first", "negative")):
+    task = embedding_task.EmbeddingTask(embedding_task.EmbeddingConfig(
+        str(tmp_path / name), "", splits=("train",), negative_column=column))
+    task.read()
+    task.encode(tokenizer, 24)
+    model = model or task.build_model(bert_config, "keras")
+    inputs, labels = task.train_data()  # 8 rows: one batch
+    outputs[name] = {k: np.asarray(v) for k, v in
+                     model(inputs, training=False).items()}
+    loss[name] = float(task.losses(labels, outputs[name])["loss"])
+  two = outputs["two"]
+  assert sorted(two) == ["anchor", "negative_1", "negative_2", "positive"]
+  expected = _mnrl_numpy(two["anchor"], two["positive"], np.concatenate(
+      [two["negative_1"], two["negative_2"]]))
+  assert loss["two"] == pytest.approx(expected, rel=1e-5)
+  assert loss["listed"] == pytest.approx(loss["two"], rel=1e-6)
+  # 0.25-0.5 higher over untrained encoders: 8 more candidates per anchor.
+  assert loss["two"] > loss["first"] + 0.05, loss
+
+
 def test_training_raises_dev_mrr_above_its_starting_weights(tmp_path):
   """Dev MRR@10 after 24 steps (mean pooling, batch 16) is higher than that
   of the weights the training starts from: an eval-only run of the same

@@ -51,6 +51,7 @@ class Finetuner(driver.Driver):
     self.make_output_dir()
     self.num_train_examples = task.num_train_examples
     self.init_head = task.init_head
+    self.train_order = task.train_order
     self.example_name = task.example_name
     # Each batch cut to its longest example (training/padding.py); TPUs
     # compile the whole loop for one shape, so they keep max_seq_length.
@@ -137,8 +138,12 @@ class Finetuner(driver.Driver):
     batch_size, seed = config.train_batch_size, config.seed
     num = len(next(iter(inputs.values())))
     multiple = self.pad_multiple
-    order = None
-    if config.group_by_length:
+    try:  # the task's (embedding: no text twice in a batch), or None
+      order = self.train_order(batch_size, seed,
+                               config.num_train_steps * batch_size)
+    except ValueError as e:
+      raise cli.Error(str(e)) from None
+    if order is None and config.group_by_length:
       order = padding.length_grouped_order(
           inputs["input_mask"].reshape(num, -1).sum(1), batch_size, seed,
           config.num_train_steps * batch_size)

@@ -15,9 +15,9 @@ reads a member of a task that is not declared here nor asks `getattr` or
                     beside flags.json, the first lines of the log.
     FinetuningTask  a Task that training/finetuner.py runs (read_and_run,
                     run_task): reading and
-                    encoding its files, its training arrays, dev evaluation,
-                    what it tunes on dev, prediction files and what its
-                    export needs.
+                    encoding its files, its training arrays and their
+                    order, dev evaluation, what it tunes on dev, prediction
+                    files and what its export needs.
     PretrainingTask a Task on streamed TFRecords (run_pretraining): finding
                     and checking its records, its input pipelines and its
                     evaluation over the records.
@@ -125,6 +125,13 @@ class FinetuningTask(Task, typing.Protocol):
     """(inputs, labels), numpy: inputs {"input_word_ids", "input_mask",
     "input_type_ids": int32 [N, T]}; labels [N], [N, T] or a dict of [N]
     arrays, as `losses` reads them."""
+
+  def train_order(self, batch_size, seed, num_examples):
+    """None (the finetuner shuffles the training rows, seeded), or the
+    order in which training reads train_data's rows: int64 row indices, at
+    least `num_examples`, cut into batches of `batch_size` (the same for a
+    seed, so a resumed run skips to the same place; embedding's batches
+    repeat no text). ValueError: one sentence naming the file."""
 
   def evaluate(self, predict, step):
     """The dev set's eval_results: {key: number}, with global_step = `step`

@@ -3,16 +3,19 @@
 Data: `train`, `dev` and `test` files found as run_classifier finds them
 (text_files.py: `.tsv`, `.csv` or `.jsonl`), with an anchor column, a
 positive column (a text the anchor should find) and, when the training
-file has it, a negative column (a hard negative: a text it should not).
-The model (`BertSentenceEmbedder`) pools the encoder's last layer, by
-`pooling` ("mean" over the mask, or "cls"), into one vector per text.
+file has them, negative columns (hard negatives: texts it should not;
+`negative_columns`). The model (`BertSentenceEmbedder`) pools the encoder's
+last layer, by `pooling` ("mean" over the mask, or "cls"), into one vector
+per text.
 
 Loss: sentence-transformers' `MultipleNegativesRankingLoss` (its defaults):
 each anchor's cosine similarity with every positive of the batch (and every
-hard negative) times `SCALE`, cross-entropy with its own positive as the
-class. Evaluation: retrieval on dev, each anchor against every dev positive
-by cosine (`retrieval_metrics`): eval_mrr_at_10 (the best metric),
-eval_recall_at_1, eval_recall_at_10. Prediction: the test anchors' vectors,
+hard negative of every row) times `SCALE`, cross-entropy with its own
+positive as the class. Batches repeat no text (no_duplicates.py, as
+sentence-transformers' NoDuplicatesBatchSampler). Evaluation: retrieval on
+dev, each anchor against every dev positive by cosine
+(`retrieval_metrics`): eval_mrr_at_10 (the best metric), eval_recall_at_1,
+eval_recall_at_10. Prediction: the test anchors' vectors,
 test_embeddings.tsv. Export (`export_spec`): `sentence_embedding`.
 
 The pooling is recorded as `pooling.json` ({"pooling": "mean"}) beside a
@@ -27,12 +30,14 @@ starting from one uses its pooling (`resolve_pooling` there).
 """
 
 import dataclasses
+import re
 import time
 from typing import Optional
 
 import numpy as np
 
 from official_bert.data import text_files
+from official_bert.tasks.embedding import no_duplicates
 from official_bert.training import sentence_transformers_folder as st_folder
 from official_bert.training import task as task_lib
 
@@ -46,8 +51,11 @@ class EmbeddingConfig:
 
   splits: the splits the run reads ("train", "dev", "test": those
     finetuning_flags.splits names).
-  anchor_column, positive_column, negative_column: the files' columns (the
-    negative is used when the training file has that column).
+  anchor_column, positive_column: the files' columns.
+  negative_column: the training file's negative columns, comma-separated;
+    each name is a column, or, when the file has none of that name, the
+    columns `<name>_1`, `<name>_2`, ... (the mined layout); used when the
+    file has them (`negative_columns`).
   pooling: "mean" or "cls" (sentence_transformers_folder.resolve_pooling's
     answer).
   """
@@ -68,12 +76,13 @@ def _unit(x):
 
 
 def ranking_scores(outputs, scale=SCALE):
-  """[B, B * (1 + negatives)]: each anchor's cosine with every positive of
-  the batch, then every negative, times `scale`."""
+  """[B, B * (1 + M)]: each anchor's cosine with every positive of the
+  batch, then every negative of each of the M negative roles (`outputs`'
+  keys starting with "negative"), times `scale`."""
   from keras import ops  # pylint: disable=g-import-not-at-top
-  candidates = [outputs["positive"]] + (
-      [outputs["negative"]] if "negative" in outputs else [])
-  candidates = ops.concatenate(candidates, axis=0)        # [B * (1 + n), H]
+  candidates = [outputs["positive"]] + [
+      outputs[role] for role in sorted(outputs) if role.startswith("negative")]
+  candidates = ops.concatenate(candidates, axis=0)        # [B * (1 + M), H]
   return scale * ops.matmul(_unit(outputs["anchor"]),
                             ops.transpose(_unit(candidates)))
 
@@ -123,6 +132,35 @@ def retrieval_metrics(queries, documents, k=10):
           "num_examples": len(q)}
 
 
+def negative_columns(spec, first_row):
+  """The training file's negative columns (a list, [] for none): for each
+  comma-separated name of `spec` (--negative_column), that column when the
+  file has it, else its numbered columns `<name>_1`, `<name>_2`, ... in
+  order (hard_negatives.tsv's). `first_row`: read_rows' (where, {column:
+  value}). A name found nowhere is an error when another one is found;
+  when none is, the file has no hard negatives (the default's meaning)."""
+  where, row = first_row
+  found, missing = [], []
+  for name in (n.strip() for n in (spec or "").split(",")):
+    if not name:
+      continue
+    numbered = sorted((int(m.group(1)), column) for column in row
+                      for m in [re.fullmatch(re.escape(name) + r"_(\d+)",
+                                             column)] if m)
+    if name in row:
+      found.append(name)
+    elif numbered:
+      found += [column for _, column in numbered]
+    else:
+      missing.append(name)
+  if found and missing:
+    raise ValueError(f"{where}: no column {missing[0]!r} nor "
+                     f"{missing[0]}_1, {missing[0]}_2, ... (found "
+                     f"{sorted(row)}); name the negative columns with "
+                     "--negative_column")
+  return found
+
+
 # ------------------------------------------------------------------ task ----
 class EmbeddingTask:
   """run_embedding's task (a training/task.py `FinetuningTask`)."""
@@ -133,9 +171,12 @@ class EmbeddingTask:
 
   def __init__(self, config):
     self.config = config
-    self.roles = ROLES[:2]  # + "negative" when the training file has it
+    # + the negative roles ("negative", or "negative_1" ... "negative_M")
+    # of the training file's negative columns.
+    self.roles = ROLES[:2]
     self.splits = {}  # split -> (wheres, {role: texts}, {role: inputs})
     self.tokenizer = None
+    self.train_rows_file = None  # what training reads
 
   # ---------------------------------------------------- preprocessing ----
   def read(self):
@@ -151,12 +192,16 @@ class EmbeddingTask:
     if split != "test":
       columns["positive"] = config.positive_column
     rows = text_files.read_rows(path, {})  # the file, read once
-    if (split == "train" and config.negative_column and
-        config.negative_column in rows[0][1]):
-      columns["negative"] = config.negative_column
-      self.roles = ROLES
-    text_files.check_columns(
-        rows, {name: f"--{role}_column" for role, name in columns.items()})
+    if split == "train":
+      self.train_rows_file = path
+      negatives = negative_columns(config.negative_column, rows[0])
+      roles = (["negative"] if len(negatives) == 1 else
+               [f"negative_{i}" for i in range(1, len(negatives) + 1)])
+      columns.update(zip(roles, negatives))
+      self.roles = ROLES[:2] + tuple(roles)
+    text_files.check_columns(rows, {
+        name: f"--{role.split('_')[0]}_column"
+        for role, name in columns.items()})
     texts = {role: [] for role in columns}
     for where, row in rows:
       for role, name in columns.items():
@@ -165,7 +210,7 @@ class EmbeddingTask:
           raise ValueError(f"{where}: the {role} ({name!r}) is empty; every "
                            f"pair needs an anchor and a positive"
                            + (" and this file's negatives a negative"
-                              if "negative" in columns else "")
+                              if len(columns) > 2 else "")
                            + "; fill it or drop the row")
         texts[role].append(text)
     return [w for w, _ in rows], texts, None
@@ -189,9 +234,11 @@ class EmbeddingTask:
         self.config.pooling)}
 
   def log_start(self, run_description):
-    negatives = "with" if "negative" in self.roles else "without"
-    print(f"embedding ({self.config.pooling} pooling, in-batch negatives "
-          f"{negatives} hard negatives): "
+    negatives = len(self.roles) - 2
+    said = (f"{negatives} hard negative column{'s' * (negatives > 1)}"
+            if negatives else "no hard negatives")
+    print(f"embedding ({self.config.pooling} pooling, in-batch negatives, "
+          f"{said}, batches without a repeated text): "
           + ", ".join(f"{split} {len(s[0])} pairs"
                       for split, s in self.splits.items())
           + f"; {run_description}", flush=True)
@@ -224,6 +271,21 @@ class EmbeddingTask:
     flat = {f"{role}_{name}": array for role in self.roles
             for name, array in inputs[role].items()}
     return flat, np.zeros(self.num_train_examples, np.int32)
+
+  def train_order(self, batch_size, seed, num_examples):
+    """The rows in batches that repeat no text (no_duplicates.py): each
+    row's texts compared by their token ids, every role."""
+    _, _, inputs = self.splits["train"]
+    row_texts = [set() for _ in range(self.num_train_examples)]
+    for role in self.roles:
+      for texts, ids in zip(row_texts, inputs[role]["input_word_ids"]):
+        texts.add(hash(ids.tobytes()))
+    try:
+      return no_duplicates.order(row_texts, batch_size, seed, num_examples)
+    except ValueError as e:
+      raise ValueError(
+          f"{self.train_rows_file}: {e}: a text twice in a batch would be "
+          "its own negative; lower --train_batch_size") from None
 
   def init_head(self, model):
     """Nothing: the embedding model has no head (its output is the
