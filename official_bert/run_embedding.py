@@ -14,15 +14,19 @@
 MultipleNegativesRankingLoss: each anchor against every positive (and hard
 negative) of its batch, cosine x 20, cross-entropy
 (tasks/embedding/embedding_task.py), in batches that repeat no text.
---pooling: mean (over the tokens) or cls; unset, the run's own, the
---init_checkpoint's pooling.json (convert_checkpoint writes one for a
-sentence-transformers model) or mean.
+--mine_hard_negatives=K mines K hard negatives per anchor with the weights
+training starts from (tasks/embedding/hard_negatives.py) into
+output_dir/hard_negatives.tsv, which training then reads. --pooling: mean
+(over the tokens) or cls; unset, the run's own, the --init_checkpoint's
+pooling.json (convert_checkpoint writes one for a sentence-transformers
+model) or mean.
 
 Writes to --output_dir: ckpt-<step> (a rerun resumes), flags.json,
 bert_config.json, pooling.json, eval_results.txt (eval_mrr_at_10,
 eval_recall_at_1, eval_recall_at_10 of each dev anchor searching every dev
 positive by cosine), test_embeddings.tsv with --do_predict (one line per
-test anchor). With --export_dir, a TF Serving SavedModel: raw text in,
+test anchor), hard_negatives.tsv and hard_negatives.json (what it was mined
+from) with --mine_hard_negatives. With --export_dir, a TF Serving SavedModel: raw text in,
 `sentence_embedding` out; --quantize=int8 adds model.tflite (ids in,
 `sentence_embedding` out, int8 weights) when its dev eval_mrr_at_10 (or
 --best_metric) drops by at most --max_quantization_drop, and the int8_*
@@ -38,6 +42,7 @@ from official_bert import cli
 from official_bert import finetuning_flags
 from official_bert import trainer_flags
 from official_bert.tasks.embedding import embedding_task
+from official_bert.tasks.embedding import hard_negatives
 from official_bert.training import cpu_allocator
 from official_bert.training import preemption
 from official_bert.training import sentence_transformers_folder
@@ -60,7 +65,19 @@ def define_flags():
                       "negatives, comma-separated, used when the training "
                       "file has them: each name is a column, or (when the "
                       "file has none of that name) the columns NAME_1, "
-                      "NAME_2, ... in order).")
+                      "NAME_2, ... (the layout --mine_hard_negatives "
+                      "writes).")
+  flags.DEFINE_integer("mine_hard_negatives", 0, "K > 0: before training, "
+                       "the weights training starts from rank the training "
+                       "passages for each anchor, and training reads each "
+                       "row with its K best that are not its answer "
+                       "(output_dir/hard_negatives.tsv, reused by a rerun "
+                       "when made from the same inputs).")
+  flags.DEFINE_float("hard_negative_margin", hard_negatives.RELATIVE_MARGIN,
+                     "With --mine_hard_negatives: a candidate scoring above "
+                     "p - |p| x this (p: the positive's cosine) is a "
+                     "near-duplicate of the answer, never a negative "
+                     "(sentence-transformers' relative_margin).")
   flags.DEFINE_enum("pooling", None,
                     list(sentence_transformers_folder.POOLINGS), "How "
                     "tokens become one vector: mean (over the tokens) or cls "
@@ -87,6 +104,13 @@ def main(argv):
     raise app.UsageError("--group_by_length would fill each batch with texts "
                          "of one length, the in-batch negatives too; drop "
                          "it.")
+  if FLAGS.mine_hard_negatives < 0 or FLAGS.hard_negative_margin < 0:
+    raise app.UsageError(
+        "--mine_hard_negatives and --hard_negative_margin must be 0 or more, "
+        f"got {FLAGS.mine_hard_negatives} and {FLAGS.hard_negative_margin}.")
+  if FLAGS.mine_hard_negatives and not FLAGS.do_train:
+    raise app.UsageError("--mine_hard_negatives mines the training file's "
+                         "negatives: pass --do_train.")
   try:
     pooling, origin = sentence_transformers_folder.resolve_pooling(
         FLAGS.pooling, FLAGS.output_dir, FLAGS.init_checkpoint)

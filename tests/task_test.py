@@ -31,7 +31,7 @@ from tests import testing
 TASK = {"build_model", "losses", "metric_counts", "run_files", "log_start"}
 FINETUNING = TASK | {"read", "encode", "num_train_examples", "example_name",
                      "best_metric", "metric_range", "train_data",
-                     "train_order", "evaluate",
+                     "prepare_training", "train_order", "evaluate",
                      "tune", "eval_summary", "predict", "example_inputs",
                      "init_head", "export_spec"}
 PRETRAINING = TASK | {"load", "train_input", "evaluate_records"}

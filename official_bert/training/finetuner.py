@@ -9,6 +9,7 @@ examples, and `run_task` does:
     run = Finetuner(config, task, bert_config)  # Driver.build_task
     run.write_run_files(bert_config, files=task.run_files())
     run.restore_or_warm_start()         # resume, or --init_checkpoint
+    task.prepare_training(predict, ...)  # mined hard negatives: their files
     if config.do_train and not run.train(inputs, labels,
                                          evaluate):  # dev metrics of a step
       return                            # SIGTERM: saved, rerun resumes
@@ -440,6 +441,14 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
 
   run.restore_or_warm_start()
   if config.do_train:
+    try:  # from the weights training starts from, before it reads its data
+      prepared = task.prepare_training(predictor(eval_batch_size), run.model,
+                                       run.start > 0)
+    except ValueError as e:
+      raise cli.Error(str(e)) from None
+    if run.is_chief:
+      for name, text in prepared.items():
+        run.write(name, text)
     if not run.train(*task.train_data(), evaluate):
       return False
   summary = []

@@ -15,9 +15,10 @@ reads a member of a task that is not declared here nor asks `getattr` or
                     beside flags.json, the first lines of the log.
     FinetuningTask  a Task that training/finetuner.py runs (read_and_run,
                     run_task): reading and
-                    encoding its files, its training arrays and their
-                    order, dev evaluation, what it tunes on dev, prediction
-                    files and what its export needs.
+                    encoding its files, what it prepares from the starting
+                    weights, its training arrays and their order, dev
+                    evaluation, what it tunes on dev, prediction files and
+                    what its export needs.
     PretrainingTask a Task on streamed TFRecords (run_pretraining): finding
                     and checking its records, its input pipelines and its
                     evaluation over the records.
@@ -125,6 +126,14 @@ class FinetuningTask(Task, typing.Protocol):
     """(inputs, labels), numpy: inputs {"input_word_ids", "input_mask",
     "input_type_ids": int32 [N, T]}; labels [N], [N, T] or a dict of [N]
     arrays, as `losses` reads them."""
+
+  def prepare_training(self, predict, model, resumed):
+    """What the task computes from the model training starts from, before
+    training (embedding's mined hard negatives, which then make its
+    train_data): `predict` as in `evaluate`, `model` the built model with
+    its starting weights, `resumed` whether the run resumed from its own
+    checkpoint. Returns {file name: text} to write to output_dir, in order
+    ({} for none: most tasks prepare nothing). ValueError: one sentence."""
 
   def train_order(self, batch_size, seed, num_examples):
     """None (the finetuner shuffles the training rows, seeded), or the

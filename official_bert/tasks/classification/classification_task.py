@@ -308,6 +308,10 @@ class ClassificationTask:
       labels = labels[self.window_text["train"]]
     return inputs, labels
 
+  def prepare_training(self, predict, model, resumed):
+    del predict, model, resumed  # the labelled texts are all it trains on
+    return {}
+
   def train_order(self, batch_size, seed, num_examples):
     del batch_size, seed, num_examples  # any batch of labelled texts will do
     return None

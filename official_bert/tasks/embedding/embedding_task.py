@@ -6,7 +6,9 @@ positive column (a text the anchor should find) and, when the training
 file has them, negative columns (hard negatives: texts it should not;
 `negative_columns`). The model (`BertSentenceEmbedder`) pools the encoder's
 last layer, by `pooling` ("mean" over the mask, or "cls"), into one vector
-per text.
+per text. With `mine_hard_negatives` = K, the weights training starts from
+mine K hard negatives per anchor before training (hard_negatives.py), and
+training reads those rows instead.
 
 Loss: sentence-transformers' `MultipleNegativesRankingLoss` (its defaults):
 each anchor's cosine similarity with every positive of the batch (and every
@@ -30,6 +32,7 @@ starting from one uses its pooling (`resolve_pooling` there).
 """
 
 import dataclasses
+import os
 import re
 import time
 from typing import Optional
@@ -37,6 +40,7 @@ from typing import Optional
 import numpy as np
 
 from official_bert.data import text_files
+from official_bert.tasks.embedding import hard_negatives
 from official_bert.tasks.embedding import no_duplicates
 from official_bert.training import sentence_transformers_folder as st_folder
 from official_bert.training import task as task_lib
@@ -58,6 +62,9 @@ class EmbeddingConfig:
     file has them (`negative_columns`).
   pooling: "mean" or "cls" (sentence_transformers_folder.resolve_pooling's
     answer).
+  mine_hard_negatives: K > 0: mine K hard negatives per anchor before
+    training (hard_negatives.py) into output_dir/hard_negatives.tsv.
+  hard_negative_margin: the mining's relative margin.
   """
   data_dir: str
   output_dir: str
@@ -66,6 +73,8 @@ class EmbeddingConfig:
   positive_column: str = "positive"
   negative_column: str = "negative"
   pooling: str = "mean"
+  mine_hard_negatives: int = 0
+  hard_negative_margin: float = hard_negatives.RELATIVE_MARGIN
 
 
 # ------------------------------------------------------- loss, metrics ----
@@ -176,7 +185,9 @@ class EmbeddingTask:
     self.roles = ROLES[:2]
     self.splits = {}  # split -> (wheres, {role: texts}, {role: inputs})
     self.tokenizer = None
-    self.train_rows_file = None  # what training reads
+    self.train_path = None
+    self.train_rows_file = None  # what training reads: train_path or mined
+    self.negative_names = []  # the training file's negative columns
 
   # ---------------------------------------------------- preprocessing ----
   def read(self):
@@ -193,12 +204,13 @@ class EmbeddingTask:
       columns["positive"] = config.positive_column
     rows = text_files.read_rows(path, {})  # the file, read once
     if split == "train":
-      self.train_rows_file = path
+      self.train_path = self.train_rows_file = path
       negatives = negative_columns(config.negative_column, rows[0])
       roles = (["negative"] if len(negatives) == 1 else
                [f"negative_{i}" for i in range(1, len(negatives) + 1)])
       columns.update(zip(roles, negatives))
       self.roles = ROLES[:2] + tuple(roles)
+      self.negative_names = negatives
     text_files.check_columns(rows, {
         name: f"--{role.split('_')[0]}_column"
         for role, name in columns.items()})
@@ -237,6 +249,8 @@ class EmbeddingTask:
     negatives = len(self.roles) - 2
     said = (f"{negatives} hard negative column{'s' * (negatives > 1)}"
             if negatives else "no hard negatives")
+    if self.config.mine_hard_negatives:
+      said += f"; {self.config.mine_hard_negatives} to mine"
     print(f"embedding ({self.config.pooling} pooling, in-batch negatives, "
           f"{said}, batches without a repeated text): "
           + ", ".join(f"{split} {len(s[0])} pairs"
@@ -286,6 +300,87 @@ class EmbeddingTask:
       raise ValueError(
           f"{self.train_rows_file}: {e}: a text twice in a batch would be "
           "its own negative; lower --train_batch_size") from None
+
+  def prepare_training(self, predict, model, resumed):
+    """With mine_hard_negatives = K: the training rows become the file's
+    rows with K negatives mined by `model` as it starts training (the
+    embeddings through `predict`, hard_negatives.py), reused from
+    output_dir when made from the same inputs (on a resumed run: whatever
+    the weights, which were trained on it). Returns the files to write
+    ({} when reused, or without mining)."""
+    config = self.config
+    k = config.mine_hard_negatives
+    if not k:
+      return {}
+    _, texts, inputs = self.splits["train"]
+    made_from = hard_negatives.record(
+        self.train_path, [config.anchor_column, config.positive_column]
+        + self.negative_names, [inputs[r][n] for r in self.roles
+                                 for n in sorted(inputs[r])],
+        model.get_weights(), config.pooling, k, config.hard_negative_margin)
+    path = os.path.join(config.output_dir, hard_negatives.FILE)
+    gather = self._gatherer()
+    rows, why = hard_negatives.reusable(config.output_dir, made_from, resumed)
+    files = {}
+    if rows is not None:
+      print(f"hard negatives: reused {path} (made from the same training "
+            "file and settings"
+            + (", and this run resumes from checkpoints trained on it)"
+               if resumed else " and starting weights)"), flush=True)
+    else:
+      if why:
+        print(f"hard negatives: {path}: {why}; mining again", flush=True)
+      t0 = time.time()
+      rows, summary = hard_negatives.mine_rows(
+          texts, lambda where: predict(gather(where)), k,
+          config.hard_negative_margin)
+      if not rows:
+        raise ValueError(
+            f"{self.train_path}: no anchor has {k} candidates below the "
+            f"margin ({summary}); lower --mine_hard_negatives or "
+            "--hard_negative_margin")
+      files = hard_negatives.written(rows, made_from)
+      print(f"hard negatives: mined {summary} in {time.time() - t0:.1f} s "
+            f"(the weights training starts from), written to {path}",
+            flush=True)
+    self._train_on(rows, k, gather)
+    return files
+
+  def _train_on(self, rows, k, gather):
+    """Training reads `rows` (hard_negatives.tsv's tuples of texts) from
+    now on: the roles anchor, positive, negative_1 ... negative_K, their
+    inputs the training file's (`gather`, `_gatherer`'s)."""
+    _, texts, _ = self.splits["train"]
+    found = {}  # a text as the .tsv holds it -> (role, row)
+    for role in self.roles:
+      for row, text in enumerate(texts[role]):
+        found.setdefault(hard_negatives.tsv_cell(text), (role, row))
+    roles = ROLES[:2] + tuple(f"negative_{i}" for i in range(1, k + 1))
+    columns = list(zip(*rows)) if rows else [()] * len(roles)
+    where = {role: [found[text] for text in column]
+             for role, column in zip(roles, columns)}
+    new_texts = {role: [texts[r][i] for r, i in where[role]]
+                 for role in roles}
+    new_inputs = {role: gather(where[role]) for role in roles}
+    self.roles = roles
+    self.train_rows_file = os.path.join(self.config.output_dir,
+                                        hard_negatives.FILE)
+    self.splits["train"] = ([f"{self.train_rows_file}:{line}" for line in
+                             range(2, len(rows) + 2)], new_texts, new_inputs)
+
+  def _gatherer(self):
+    """gather(where) -> {input name: int32 [len(where), T]}: the encoded
+    training texts at `where` [(role, row)]."""
+    _, _, inputs = self.splits["train"]
+    offset = {role: i * self.num_train_examples
+              for i, role in enumerate(self.roles)}
+    flat = {name: np.concatenate([inputs[r][name] for r in self.roles])
+            for name in inputs["anchor"]}                   # [R * N, T]
+
+    def gather(where):
+      index = np.array([offset[role] + row for role, row in where], np.int64)
+      return {name: array[index] for name, array in flat.items()}
+    return gather
 
   def init_head(self, model):
     """Nothing: the embedding model has no head (its output is the
