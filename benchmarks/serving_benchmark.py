@@ -29,12 +29,17 @@ after the project's tokenizer and packing run as one tf.function (TF Serving
 cannot run that tokenizer inside a LiteRT model: export/litert_int8.py), on
 --litert_threads threads (default 1: TF Serving's LiteRT interpreters run
 one thread each, `tflite_interpreter_pool.cc`, and it does not split a
-request of several input tensors across them);
-`onnx_int8` is `onnxruntime.quantization.quantize_dynamic` of the ONNX model
-(int8 weights per channel, dynamic activations). `xla` is our export with
-`--xla_single_text`. Ratios against ONNX Runtime are printed per precision,
+request of several input tensors across them); `int8_fast` is the same
+LiteRT model after `export/client_tokenizer.py` (Hugging Face `tokenizers`
+loaded with our vocab and rules: the graph tokenizer's ids, what a client
+of `--prefer_tflite_model` or `Int8Model` runs). ONNX Runtime int8 is
+`onnxruntime.quantization.quantize_dynamic` of the ONNX model (int8
+weights, dynamic activations): `onnx_int8` at its defaults (per tensor,
+QInt8: what sentence-transformers and optimum export),
+`onnx_int8_per_channel` with `per_channel=True` (slower here). `xla` is
+our export with `--xla_single_text`. Ratios against ONNX Runtime are printed per precision,
 and one text's time split into tokenizer and model for ours (float32: the
-export's `serving_ids` on the ids), int8 and ONNX Runtime.
+export's `serving_ids` on the ids), int8, int8_fast and ONNX Runtime.
 
 The machine may be shared, so the peers take turns: every round runs a
 slice of each measurement on every peer (in a rotating order) and the
@@ -60,15 +65,26 @@ MODELS = {
     "bert_base": (12, 768, 12, 3072),
 }
 
+# The ONNX Runtime int8 peers: quantize_dynamic's settings for each.
+ONNX_INT8 = {
+    "onnx_int8": {},  # its defaults: what sentence-transformers, optimum export
+    "onnx_int8_per_channel": {"per_channel": True},
+}
+
 
 def _define_flags():
   flags.DEFINE_list("models", list(MODELS), f"Which of {list(MODELS)}.")
-  flags.DEFINE_list("peers", ["hf", "onnx", "xla", "int8", "onnx_int8"],
+  flags.DEFINE_list("peers", ["hf", "onnx", "xla", "int8", "int8_fast",
+                              "onnx_int8", "onnx_int8_per_channel"],
                     "Peers to time beside ours: hf, onnx, xla (our export "
                     "with --xla_single_text), int8 (its --quantize=int8 "
-                    "LiteRT model after our in-graph tokenizer), onnx_int8 "
-                    "(onnxruntime.quantization.quantize_dynamic of onnx's "
-                    "model, int8 per channel), padded (our export with "
+                    "LiteRT model after our in-graph tokenizer), int8_fast "
+                    "(the same after export/client_tokenizer.py), "
+                    "onnx_int8 (onnxruntime.quantization.quantize_dynamic "
+                    "of onnx's model at its defaults: int8 per tensor, as "
+                    "sentence-transformers and optimum export), "
+                    "onnx_int8_per_channel (the same with per_channel=True), "
+                    "padded (our export with "
                     "remove_padding=False: every layer on [B, T]) and bf16 "
                     "(our export with --weights_dtype=bfloat16: fast only "
                     "on CPUs with AVX512-BF16 or AMX).")
@@ -175,6 +191,9 @@ class _Peers:
     self.root, self.ckpt = root, ckpt
     self.tokenizer = transformers.BertTokenizerFast(args.vocab_file,
                                                     do_lower_case=True)
+    # Each peer's tokenizer and packing (texts -> ids), timed alone in the
+    # breakdown with the model of `self.models`.
+    self.tokenizers = {}
     self.torch_model = transformers.BertModel.from_pretrained(hf_dir).eval()
     self.paths, self.signatures = {}, {}
     self.fns = {"ours": export("export", None)}
@@ -184,32 +203,33 @@ class _Peers:
     ids = self.signatures["export"]["serving_ids"]
     self.models = {"ours": lambda inputs: ids(
         **{name: tf.constant(value) for name, value in inputs.items()})}
+    self.tokenizers["ours"] = self.tokenize
     if "padded" in args.peers:
       self.fns["padded"] = export("export_padded", False)
     if "bf16" in args.peers:
       self.fns["bf16"] = export("export_bf16", None, weights_dtype="bfloat16")
-    if "xla" in args.peers or "int8" in args.peers:
+    int8_peers = [peer for peer in ("int8", "int8_fast") if peer in args.peers]
+    if "xla" in args.peers or int8_peers:
       xla = export("export_xla", None, xla_single_text=True,
-                   quantize="int8" if "int8" in args.peers else "none")
+                   quantize="int8" if int8_peers else "none")
       if "xla" in args.peers:
         self.fns["xla"] = xla
         for words in range(14, args.max_seq_length, 16):  # each bucket
           xla([" ".join(["the"] * words)])
-      if "int8" in args.peers:
-        self.fns["int8"] = self._int8(self.paths["export_xla"])
+      for peer in int8_peers:
+        self.fns[peer] = self._int8(self.paths["export_xla"], peer, args)
     if "hf" in args.peers:
       self.fns["hf"] = self._hf
-    if "onnx" in args.peers or "onnx_int8" in args.peers:
+    if any(peer.startswith("onnx") for peer in args.peers):
       onnx = self._onnx_session(os.path.join(root, "bert.onnx"))
       if "onnx" in args.peers:
         self.fns["onnx"] = onnx
-    if "onnx_int8" in args.peers:
-      from onnxruntime.quantization import QuantType, quantize_dynamic  # pylint: disable=g-import-not-at-top
-      quantize_dynamic(os.path.join(root, "bert.onnx"),
-                       os.path.join(root, "bert_int8.onnx"),
-                       weight_type=QuantType.QInt8, per_channel=True)
-      self.fns["onnx_int8"] = self._session(
-          os.path.join(root, "bert_int8.onnx"), "onnx_int8")
+    for peer, settings in ONNX_INT8.items():
+      if peer in args.peers:
+        from onnxruntime.quantization import quantize_dynamic  # pylint: disable=g-import-not-at-top
+        path = os.path.join(root, f"bert_{peer}.onnx")
+        quantize_dynamic(os.path.join(root, "bert.onnx"), path, **settings)
+        self.fns[peer] = self._session(path, peer)
     print(f"{name}: {config.num_hidden_layers} layers, H="
           f"{config.hidden_size}, I={config.intermediate_size}; built and "
           f"exported in {time.time() - start:.0f} s", flush=True)
@@ -253,14 +273,22 @@ class _Peers:
     self.tokenize = lambda texts: {
         name: value.numpy() for name, value in pack(tf.constant(texts)).items()}
 
-  def _int8(self, path):
-    """Our int8 export from raw text: `self.tokenize`, then the LiteRT
-    model."""
+  def _int8(self, path, peer, args):
+    """Our int8 export from raw text, then the LiteRT model: `int8` after
+    `self.tokenize` (the graph tokenizer), `int8_fast` after the client
+    tokenizer (export/client_tokenizer.py) of the export's vocab."""
+    from export import client_tokenizer  # pylint: disable=g-import-not-at-top
     from export import litert_int8  # pylint: disable=g-import-not-at-top
     model = litert_int8.Int8Model.load(
         path, num_threads=flags.FLAGS.litert_threads)
-    self.models["int8"] = lambda inputs: model(**inputs)
-    return lambda texts: model(**self.tokenize(texts))
+    tokenize = self.tokenize
+    if peer == "int8_fast":
+      tokenize = client_tokenizer.ClientTokenizer(
+          os.path.join(path, "assets", "vocab.txt"), do_lower_case=True,
+          max_seq_length=args.max_seq_length)
+    self.models[peer] = lambda inputs: model(**inputs)
+    self.tokenizers[peer] = tokenize
+    return lambda texts: model(**tokenize(texts))
 
   def _onnx_session(self, path):
     import torch  # pylint: disable=g-import-not-at-top
@@ -302,6 +330,7 @@ class _Peers:
       return session.run(None, {name: encoded[name].astype("int64")
                                 for name in names})
     self.models[peer] = model
+    self.tokenizers[peer] = lambda texts: self._encode(texts, "np")
     return lambda texts: model(self._encode(texts, "np"))
 
 
@@ -455,15 +484,13 @@ def _p99(values):
 
 def _breakdown(peers, texts, rounds):
   """One text, split: {peer: (tokenizer ms, model ms)} (medians), the
-  tokenizer ours (`peers.tokenize`) or BertTokenizerFast (ONNX Runtime's),
-  the model on the ids it made (ours float32: the export's serving_ids
-  signature; int8: the LiteRT model); as `_measure`, each round runs 8
-  texts on every peer in a rotating order."""
+  tokenizer ours (`peers.tokenize`), the client tokenizer (int8_fast) or
+  BertTokenizerFast (ONNX Runtime's), the model on the ids it made (ours
+  float32: the export's serving_ids signature; int8: the LiteRT model); as
+  `_measure`, each round runs 8 texts on every peer in a rotating order."""
   import random  # pylint: disable=g-import-not-at-top
   rng = random.Random(2)
-  tokenizers = {peer: (lambda t: peers._encode(t, "np"))  # pylint: disable=protected-access
-                if peer.startswith("onnx") else peers.tokenize
-                for peer in peers.models}
+  tokenizers = peers.tokenizers
   names = list(peers.models)
   times = {peer: ([], []) for peer in names}
   for round_ in range(rounds):
@@ -483,7 +510,7 @@ def _breakdown(peers, texts, rounds):
 def _report(name, peers, times, workloads):
   print(f"\n{name}: median (p99) ms for one text, and its median CPU time "
         "(all threads); texts/s at batch 8 / 32 (median batch time)")
-  header = f"{'workload':8} {'peer':9} {'1 text ms':>16} {'cpu ms':>7} " \
+  header = f"{'workload':8} {'peer':21} {'1 text ms':>16} {'cpu ms':>7} " \
            f"{'b8 /s':>8} {'b32 /s':>8}   vs hf: latency, b8, b32"
   print(header)
   summary = {}
@@ -501,7 +528,7 @@ def _report(name, peers, times, workloads):
         hf = row["hf"]
         ratios = (f"   {hf[0] / median:.2f}x, {b8 / hf[2]:.2f}x, "
                   f"{b32 / hf[3]:.2f}x")
-      print(f"{workload:8} {peer:9} {median:7.1f} ({p99:6.1f}) {cpu:7.1f} "
+      print(f"{workload:8} {peer:21} {median:7.2f} ({p99:6.2f}) {cpu:7.1f} "
             f"{b8:8.1f} {b32:8.1f}{ratios}")
     summary[workload] = row
   if "hf" in summary["short"]:
@@ -523,12 +550,14 @@ def _report(name, peers, times, workloads):
           f"{one[0] / ort[0]:.2f} (target <= 1), ours/onnx "
           f"{short['ours'][0] / ort[0]:.2f}; batch-32 throughput ours/onnx "
           f"{short['ours'][3] / ort[3]:.2f} (target >= 1.5)")
-  if "int8" in short and "onnx_int8" in short:
-    ours, ort = short["int8"], short["onnx_int8"]
-    print(f"{name} short int8: one-text p50 int8/onnx_int8 "
-          f"{ours[0] / ort[0]:.2f} (target <= 1.25), p99 "
-          f"{ours[1] / ort[1]:.2f}; batch-32 throughput int8/onnx_int8 "
-          f"{ours[3] / ort[3]:.2f} (target >= 1.2)")
+  for peer in ("int8", "int8_fast"):
+    for ort_peer in ONNX_INT8:
+      if peer in short and ort_peer in short:
+        ours, ort = short[peer], short[ort_peer]
+        print(f"{name} short int8: one-text p50 {peer}/{ort_peer} "
+              f"{ours[0] / ort[0]:.2f} (target <= 1.25), p99 "
+              f"{ours[1] / ort[1]:.2f}; batch-32 throughput "
+              f"{peer}/{ort_peer} {ours[3] / ort[3]:.2f} (target >= 1.2)")
 
 
 def main(argv):
