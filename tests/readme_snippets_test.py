@@ -190,6 +190,10 @@ BLOCKS = {
         "saved_model_cli import main; sys.exit(main())\" \\":
             "saved_model_cli",
     },
+    "docs/distillation.md": {
+        "python -m official_bert.run_classifier \\": "student",
+        "from export import client_tokenizer, litert_int8": "int8 client",
+    },
 }
 
 # (regex, replacement, reason), applied in order to every block run.
@@ -284,6 +288,24 @@ PRELUDES = {
     "pipeline loading": "",
     "sentence-transformers loading": "",
     "list_variables": "",
+    # An int8 export's version folder as --quantize=int8 writes it (the
+    # tiny classifier's model.tflite and the vocabulary asset), where the
+    # block reads it.
+    "int8 client": (
+        "import os, shutil\n"
+        "from export import litert_int8, serving\n"
+        "from official_bert import configs\n"
+        "from official_bert.modeling import finetuning_models\n"
+        f"config = configs.BertConfig.from_json_file("
+        f"'{W}/quickstart/bert_config.json')\n"
+        "classifier = finetuning_models.BertClassifier.from_bert_config("
+        "config, num_classes=2)\n"
+        f"os.makedirs('{W}/out/sst2_student_serving/1/assets')\n"
+        f"shutil.copy('{testing.VOCAB}', "
+        f"'{W}/out/sst2_student_serving/1/assets/vocab.txt')\n"
+        f"litert_int8.write('{W}/out/sst2_student_serving/1', "
+        "serving.int8_model(classifier, litert_int8.model_outputs, "
+        f"'{testing.VOCAB}', True, 128))\n"),
 }
 
 # Commands of the README that cannot run here, by their start.
@@ -386,6 +408,12 @@ FLAGS_CHECKED_BLOCKS = {
         "test_converted_hugging_face_bert_survives_the_recipe: "
         "extend_checkpoint, create_pretraining_data, run_pretraining from "
         "it, run_classifier from that"),
+    "student": (
+        "tests/student_layers_test.py::"
+        "test_a_student_fine_tunes_from_the_teachers_layers: run_classifier "
+        "--student_layers from a teacher checkpoint, bert_config.json and "
+        "the student's weights (the export with --quantize=int8: "
+        "tests/run_classifier_test.py)"),
 }
 
 
@@ -580,6 +608,17 @@ CHECKS = {
         "release.get_tensor(n)) for n in names))\n"
         "print('tf1 first', [(n, release.get_variable_to_shape_map()[n]) "
         "for n in names[:3]])\n"),
+    # The client's ids are the export's own packing of the same texts.
+    "int8 client": (
+        "import tensorflow as tf\n"
+        "from official_bert.data import segment_packing, tokenization\n"
+        f"graph = tokenization.FullTokenizer('{testing.VOCAB}')\n"
+        "want = segment_packing.pack_to_longest([graph.tokenize(tf.constant("
+        "['a gripping, funny film', 'dull']))], 128, graph.cls_id, "
+        "graph.sep_id)\n"
+        "print('client ids equal', all((want[k].numpy() == inputs[k]).all() "
+        "and want[k].shape == inputs[k].shape for k in want))\n"
+        "print('int8 logits', logits.shape)\n"),
 }
 
 _RUNNER = """
@@ -1702,3 +1741,16 @@ def test_extend_checkpoint_output_block_is_what_the_program_prints(tmp_path):
   words = _json(tmp_path / "out" / "extend_info.json")["new_words"]
   assert first and words[:len(first.group(1).split())] == first.group(
       1).split(), words[:20]
+
+
+# ---- docs/distillation.md ----
+
+def test_student_block_flags(world):
+  (command,) = _check_flags("student", world)
+  assert "--student_layers=" in command and "--init_checkpoint=" in command
+
+
+@pytest.mark.slow
+def test_int8_client_block(python_blocks):
+  out = _python_block(python_blocks, "int8 client")
+  assert "client ids equal True" in out and "int8 logits (2, 2)" in out, out
