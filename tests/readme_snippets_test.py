@@ -616,8 +616,8 @@ CHECKS = {
         "want = segment_packing.pack_to_longest([graph.tokenize(tf.constant("
         "['a gripping, funny film', 'dull']))], 128, graph.cls_id, "
         "graph.sep_id)\n"
-        "print('client ids equal', all((want[k].numpy() == inputs[k]).all() "
-        "and want[k].shape == inputs[k].shape for k in want))\n"
+        "print('client ids equal', all(want[k].shape == inputs[k].shape and "
+        "(want[k].numpy() == inputs[k]).all() for k in want))\n"
         "print('int8 logits', logits.shape)\n"),
 }
 
