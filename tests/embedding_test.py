@@ -325,6 +325,31 @@ def test_every_negative_column_is_in_the_loss(tmp_path):
   assert loss["two"] > loss["first"] + 0.05, loss
 
 
+def test_the_next_sentence_task_pairs_each_sentence_with_the_next(tmp_path):
+  # tools.retrieval_task --next_sentence (docs/search.md's hard task): each
+  # positive is the line after its anchor in one document of the corpus,
+  # no text is in two rows, and the train negative is another sentence of
+  # that document.
+  testing.require_shared_data()
+  from tools import corpus  # pylint: disable=g-import-not-at-top
+  from tools import retrieval_task  # pylint: disable=g-import-not-at-top
+  rows = retrieval_task.write_task(str(tmp_path), 60, 20, 5,
+                                   next_sentence=True)
+  follows = {}
+  for doc in corpus.documents():
+    for line, after in zip(doc, doc[1:]):
+      follows.setdefault(" ".join(line.split()), set()).add(
+          " ".join(after.split()))
+  for split in ("train", "dev"):
+    texts = [text for row in rows[split] for text in row[:2]]
+    assert len(set(texts)) == len(texts), split
+    for row in rows[split]:
+      assert row[1] in follows[row[0]], row
+  assert all(row[2] not in row[:2] for row in rows["train"])
+  assert (tmp_path / "train.tsv").read_text().startswith(
+      "anchor\tpositive\tnegative\n")
+
+
 def test_training_raises_dev_mrr_above_its_starting_weights(tmp_path):
   """Dev MRR@10 after 24 steps (mean pooling, batch 16) is higher than that
   of the weights the training starts from: an eval-only run of the same
