@@ -209,7 +209,7 @@ def test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them(
                 "--num_train_epochs=1", "--pooling=mean")
   first = testing.run_program("official_bert.run_embedding", argv)
   assert re.search(r"hard negatives: mined \d+ rows, 2 negatives each, from "
-                   r"32 anchors .* \(margin 0.01\)", first.stdout)
+                   r"32 anchors .* within the margin \(0.01\)", first.stdout)
   header = (out / hard_negatives.FILE).read_text().splitlines()[0]
   assert header == "anchor\tpositive\tnegative_1\tnegative_2"
   assert "Trained steps 0..4 " in first.stdout

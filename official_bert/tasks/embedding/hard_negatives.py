@@ -11,7 +11,9 @@ sentence-transformers' `util.mine_hard_negatives` with
     and none of its positives is ever its negative; nor is its own text;
   * near-duplicates of the positive are skipped: a candidate scoring above
     `p - |p| * relative_margin`, p the anchor's lowest positive score, is
-    left out (sentence-transformers' `relative_margin`);
+    left out (sentence-transformers' `relative_margin`): so is every
+    candidate the model ranks above the positive, likely an unlabelled
+    answer;
   * the K best that remain are the row's negatives; an anchor with fewer
     than K such candidates is dropped, with all its rows (as
     sentence-transformers drops it in its n-tuple format).
@@ -153,10 +155,11 @@ def mine_rows(texts, embed, num_negatives, relative_margin=RELATIVE_MARGIN):
       f"{len(rows)} rows, {num_negatives} negatives each, from "
       f"{len(anchors)} anchors among {len(passages)} passages; "
       f"{int((~complete).sum())} anchors without {num_negatives} "
-      f"candidates dropped; {mined.skipped} candidates skipped as "
-      f"near-duplicates of the positive (margin {relative_margin}); mean "
-      f"cosine positive {float(mined.positive_scores.mean()):.3f}, "
-      f"negative {_mean_finite(mined.scores):.3f}")
+      f"candidates dropped; {mined.skipped:,} candidates skipped as "
+      f"scoring above the positive or within the margin "
+      f"({relative_margin}) below it; mean cosine positive "
+      f"{float(mined.positive_scores.mean()):.3f}, negative "
+      f"{_mean_finite(mined.scores):.3f}")
   return rows, summary
 
 
