@@ -136,6 +136,10 @@ BLOCKS = {
         "python -m benchmarks.embedding_benchmark "
         "--work_dir=/tmp/embedding_benchmark": "embedding benchmark",
     },
+    "docs/search.md": {
+        "python -m tools.retrieval_task --out_dir=/tmp/hard_pairs --train=2000 "
+        "--dev=500 --next_sentence": "hard negatives",
+    },
     "docs/ner.md": {
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
         "python -m tools.pydocs_ner --output_dir=/tmp/pydocs_ner "
@@ -393,6 +397,12 @@ FLAGS_CHECKED_BLOCKS = {
         "run_embedding on tools.retrieval_task's pairs and "
         "sentence-transformers on its export (the benchmark trains a "
         "6-layer BERT twice a round: minutes)"),
+    "hard negatives": (
+        "tests/hard_negatives_test.py::"
+        "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
+        "run_embedding --mine_hard_negatives on tools.retrieval_task's "
+        "pairs, mined, trained on and reused by the rerun (this block trains "
+        "all-MiniLM-L6-v2 on 2,000 pairs: minutes)"),
     "ner": (
         "tests/run_ner_test.py::"
         "test_trains_predicts_exports_and_resumes_after_sigkill: train, "
@@ -1146,6 +1156,15 @@ def test_sentence_embeddings_block_flags(world):
 def test_embedding_benchmark_block_flags(world):
   (command,) = _check_flags("embedding benchmark", world)
   assert "--work_dir=" in command
+
+
+def test_search_block_flags(world):
+  make, run = _check_flags("hard negatives", world)
+  # run_embedding mines the generator's hard task.
+  out_dir = re.search(r"--out_dir=(\S+)", make).group(1)
+  assert "--next_sentence" in make
+  assert f"--task_data_dir={out_dir} " in run
+  assert "--mine_hard_negatives=3" in run
 
 
 def test_ner_block_flags(world):
