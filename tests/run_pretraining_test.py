@@ -273,7 +273,13 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   the next step's all-reduce). Then a SIGTERM while they start up. A rerun of
   both resumes, trains (with --jit_compile) and evaluates."""
   output_dir = tmp_path / "out"
-  procs = _start_workers(setup, output_dir, num_train_steps=100000)
+  # One layer: what the workers agree on, save and resume does not depend
+  # on the depth; each of the six processes traces (and the last two
+  # compile with XLA) half the layers (~6 s of the test's CPU).
+  config = tmp_path / "bert_config.json"
+  testing.tiny_config(num_hidden_layers=1).to_json_file(str(config))
+  procs = _start_workers(setup, output_dir, num_train_steps=100000,
+                         bert_config_file=config)
   deadline = time.time() + 300
   while not (output_dir / "checkpoint").exists():
     for p in procs:
@@ -298,7 +304,8 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   # handler is in place (before TensorFlow is imported). It must not die
   # (worker 0 would wait for it in the first collective): both stop before
   # their first step, exit 0 and leave the checkpoint as it was.
-  procs = _start_workers(setup, output_dir, num_train_steps=step + 2)
+  procs = _start_workers(setup, output_dir, num_train_steps=step + 2,
+                         bert_config_file=config)
   _wait_for_sigterm_handler(procs[1])
   procs[1].send_signal(signal.SIGTERM)
   for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
@@ -310,6 +317,7 @@ def test_two_workers_train_stop_together_on_one_sigterm_and_resume(setup,
   # The resumed run also compiles its steps with XLA (one device per worker;
   # the optimizer's cross-replica update stays outside XLA).
   procs = _start_workers(setup, output_dir, num_train_steps=step + 2,
+                         bert_config_file=config,
                          extra=["--do_eval", "--max_eval_steps=3",
                                 "--jit_compile"])
   for proc, (out, err) in zip(procs, _wait_all(procs, timeout=300)):
