@@ -285,27 +285,38 @@ def world(tmp_path_factory):
   root = tmp_path_factory.mktemp("original_readme")
   # A tiny model with BERT's vocabulary and 512 positions, released as
   # Google releases theirs: bert_model.ckpt.* (TF1 names), no index file.
-  # Four layers: the extract_features command reads -1..-4.
-  config = testing.tiny_config(vocab_size=30522, max_position_embeddings=512,
-                               num_hidden_layers=4)
-  model = pretrainer.BertPretrainer.from_bert_config(config)
+  # Two layers (at the commands' batch 32 x 128 positions, each further
+  # layer costs more than the first: 4 layers took ~2.5x the CPU of 2); a
+  # four-layer release for the extract_features command, which reads
+  # -1..-4.
   import numpy as np  # pylint: disable=g-import-not-at-top
-  model(testing.random_inputs(seq=8) | {"masked_lm_positions": np.ones(
-      (testing.BATCH, 2), np.int32)}, training=False)
-  arrays = {name: variable.numpy().T if transpose else variable.numpy()
-            for name, (variable, transpose) in
-            checkpoint_names.original_names(model).items()}
-  base = root / "uncased_L-4_H-32_A-4"
-  testing.write_tf1_checkpoint(str(base), arrays, config)
-  os.remove(base / "checkpoint")
-  shutil.copy(testing.VOCAB, base / "vocab.txt")
+
+  def release(layers):
+    config = testing.tiny_config(vocab_size=30522,
+                                 max_position_embeddings=512,
+                                 num_hidden_layers=layers)
+    model = pretrainer.BertPretrainer.from_bert_config(config)
+    model(testing.random_inputs(seq=8) | {"masked_lm_positions": np.ones(
+        (testing.BATCH, 2), np.int32)}, training=False)
+    arrays = {name: variable.numpy().T if transpose else variable.numpy()
+              for name, (variable, transpose) in
+              checkpoint_names.original_names(model).items()}
+    directory = root / f"uncased_L-{layers}_H-32_A-4"
+    testing.write_tf1_checkpoint(str(directory), arrays, config)
+    os.remove(directory / "checkpoint")
+    shutil.copy(testing.VOCAB, directory / "vocab.txt")
+    return directory
+
+  base, four_layers = release(2), release(4)
   mrpc_dev = run_classifier_test._mrpc_files(str(root / "glue" / "MRPC"),
                                              n_train=40)
   _squad_files(str(root / "squad"))
   work = root / "work"
   os.makedirs(work / "squad")
-  # sample_text.txt: documents of the shared corpus (a blank line between).
-  docs = testing.corpus_documents()[:20]
+  # sample_text.txt: documents of the shared corpus (a blank line between);
+  # six give ~400 instances, which the pretraining command's evaluation
+  # (eval batch 8, up to 100 steps) reads in 51 steps.
+  docs = testing.corpus_documents()[:6]
   (work / "sample_text.txt").write_text(
       "\n\n".join("\n".join(doc) for doc in docs) + "\n", encoding="utf-8")
   tmp = root / "tmp"
@@ -314,7 +325,7 @@ def world(tmp_path_factory):
       "Who was Jim Henson ? ||| Jim Henson was a puppeteer\n",
       encoding="utf-8")
   return {"root": root, "work": work, "tmp": tmp, "mrpc_dev": mrpc_dev,
-          "env": {
+          "four_layers": four_layers, "env": {
       "BERT_BASE_DIR": str(base), "BERT_LARGE_DIR": str(base),
       "GLUE_DIR": str(root / "glue"), "SQUAD_DIR": str(root / "squad"),
       "TPU_NAME": "my-tpu", "THRESH": "-1.0"}}
@@ -429,7 +440,7 @@ def test_tpu_commands_say_no_tpu_can_be_reached(world):
 
 
 def test_extract_features_command_runs_as_written(world):
-  _ok(world, "extract")
+  _ok(world, "extract", BERT_BASE_DIR=str(world["four_layers"]))
   (line,) = (world["tmp"] / "output.jsonl").read_text().splitlines()
   features = json.loads(line)["features"]
   assert [f["token"] for f in features][:3] == ["[CLS]", "who", "was"]
