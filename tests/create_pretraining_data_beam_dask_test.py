@@ -237,9 +237,10 @@ def test_failed_write_removes_shards_and_temp_dir(corpus, tmp_path):
   out = tmp_path / "out"
   in_the_way = out / "x.tfrecord-00001-of-00002"
   (in_the_way / "keep").mkdir(parents=True)
+  # The DirectRunner (no cluster): in this process.
   proc = _run([f"--input_file={corpus}", f"--vocab_file={testing.VOCAB}",
                f"--output_file={out}/x.tfrecord", "--num_output_shards=2"],
-              check=False)
+              check=False, process=False)
   lines = [line for line in proc.stdout.splitlines() if line.strip()]
   testing.assert_one_sentence_last(
       proc.returncode, lines, "create_pretraining_data_beam",
