@@ -13,9 +13,13 @@ import pytest
 
 from tests import testing
 
+# A 1-layer model (the default is 2 layers of 128): what the stages hand on
+# and reuse does not depend on its size, and each stage that traces or
+# reloads it does half the work.
 SHORT = ["--max_documents=60", "--vocab_size=2000", "--max_seq_length=64",
          "--max_predictions_per_seq=10", "--dupe_factor=2",
-         "--num_train_steps=30", "--train_batch_size=16"]
+         "--num_train_steps=30", "--train_batch_size=16",
+         "--model=L1_H64_A2"]
 
 
 def _env():
