@@ -428,8 +428,13 @@ def test_without_next_sentence_prediction_trains_evaluates_and_exports(
   exports with every exporter of pretraining checkpoints (its masked-LM
   head included: fill_mask, the TF-Hub .mlm, BertForMaskedLM)."""
   out_dir = tmp_path / "no_nsp"
+  # One layer: the heads and what each exporter writes of them do not
+  # depend on depth; the run and the four exports trace half the layers.
+  config = tmp_path / "bert_config.json"
+  testing.tiny_config(num_hidden_layers=1).to_json_file(str(config))
   proc = testing.run_cli(_flags(setup, out_dir, num_train_steps=4,
-                                next_sentence_prediction="false") +
+                                next_sentence_prediction="false",
+                                bert_config_file=config) +
                          ["--do_eval", "--max_eval_steps=2"])
   logged = [line for line in proc.stdout.splitlines()
             if line.startswith(("step ", "Trained steps", "Eval at step"))]
