@@ -46,7 +46,8 @@ WARMUP_TEXTS = ("Call os.path.join() on the PATH entries .",
 class NerServingModule(tf.__internal__.tracking.AutoTrackable):
   """The exported object: model, tokenizer, tag names and the signature."""
 
-  def __init__(self, model, labels, vocab_file, do_lower_case, seq_length):
+  def __init__(self, model, labels, vocab_file, do_lower_case, seq_length,
+               xla_single_text=False):
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     self._tokenizer = tfhub_modules.Untracked(tokenizer)
     self.vocab_file = tf.saved_model.Asset(vocab_file)
@@ -58,6 +59,10 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
     self.variables = weights.variables
     self._labels = list(labels)
     self.seq_length = int(seq_length)
+    # One text of one window: the model XLA-compiled (serving.OneRowXla).
+    self._xla = tfhub_modules.Untracked(
+        serving.OneRowXla(self._model_call, seq_length)
+        if xla_single_text else None)
     serve = tf.function(
         self._serve, autograph=False,
         input_signature=[tf.TensorSpec([None], tf.string, name="text")])
@@ -67,6 +72,14 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
   def signatures(self):
     return dict(self._signatures.value)
 
+  def bucket_lengths(self):
+    """With xla_single_text, the compiled lengths (else [])."""
+    return [] if self._xla.value is None else self._xla.value.bucket_lengths()
+
+  def _model_call(self, inputs):
+    with self._weights.value.scope():
+      return self._model.value(inputs, training=False)
+
   def _serve(self, text):
     words, byte_start, byte_end = (
         tf_text.WhitespaceTokenizer().tokenize_with_offsets(text))  # [B, (W)]
@@ -74,9 +87,11 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
                                self.seq_length)
     inputs = {name: encoded[name] for name in
               ("input_word_ids", "input_mask", "input_type_ids")}
-    with self._weights.value.scope():
-      logits = tf.cast(self._model.value(inputs, training=False),
-                       tf.float32)                                 # [R, T, C]
+    if self._xla.value is None:
+      logits = self._model_call(inputs)
+    else:
+      logits = self._xla.value(inputs, self._model_call)
+    logits = tf.cast(logits, tf.float32)                           # [R, T, C]
     per_word = tf.gather_nd(logits, tf.stack(
         [encoded["word_window"], encoded["word_position"]], 1))    # [N, C]
     ids = tf.argmax(per_word, -1)                                  # [N]
@@ -104,7 +119,7 @@ class NerServingModule(tf.__internal__.tracking.AutoTrackable):
 
 def export_ner_model(export_dir, model, labels, vocab_file, *,
                      do_lower_case=True, seq_length=128, version=None,
-                     warmup_texts=WARMUP_TEXTS):
+                     warmup_texts=WARMUP_TEXTS, xla_single_text=False):
   """Writes a token classifier as TF Serving version
   `<export_dir>/<version>/` (see the module docstring).
 
@@ -116,6 +131,10 @@ def export_ner_model(export_dir, model, labels, vocab_file, *,
     seq_length: the window length; at most max_position_embeddings.
     version: integer version; default one more than the newest present.
     warmup_texts: texts of the TF Serving warmup request (empty: none).
+    xla_single_text: a request of one text that fits one window runs the
+      model XLA-compiled (`serving.OneRowXla`; TF Serving needs
+      `--xla_cpu_compilation_enabled`); the warmup then also sends one text
+      per length bucket, so each is compiled before the first request.
 
   Returns:
     The path of the written version directory.
@@ -131,8 +150,12 @@ def export_ner_model(export_dir, model, labels, vocab_file, *,
   saved_model_io.check_vocab(vocab_file, encoder.vocab_size)
   version = serving.next_version(export_dir) if version is None else version
   module = NerServingModule(model, labels, vocab_file, do_lower_case,
-                            seq_length)
+                            seq_length, xla_single_text)
   requests = _warmup_requests(list(warmup_texts))
+  if xla_single_text and warmup_texts:
+    word = serving.warmup_word(vocab_file, do_lower_case)
+    for length in module.bucket_lengths():  # [CLS] words [SEP]
+      requests += _warmup_requests([" ".join([word] * max(length - 2, 1))])
   return saved_model_io.atomic_save(
       module, os.path.join(export_dir, str(version)),
       signatures=module.signatures(),

@@ -90,6 +90,71 @@ DEFAULT_SINGLE_TEXT_BUCKET = 16
 WEIGHTS_DTYPES = ("float32", "bfloat16")
 
 
+class OneRowXla:
+  """A request of one row (one text's encoder inputs) runs the model as one
+  XLA-compiled function; requests of several rows run `plain`.
+
+  The row is cut to its tokens (the mask's sum) and padded up to a multiple
+  of `bucket` (at most `seq_length`), so at most seq_length / bucket
+  compilations; the outputs' axis 1 of unknown size (the ones that follow
+  the input's length) is cut back to the tokens and padded with zeros to
+  the request's length, so both branches answer in the same shapes. Used
+  by NER's and SQuAD's exports (`xla_single_text`); `ServingModule` keeps
+  its own (its rows are already cut to their longest).
+
+  Args:
+    call: `call(inputs) -> outputs` (the model with its weights' scope).
+    seq_length: the longest row.
+    bucket: the padded length's multiple.
+  """
+
+  def __init__(self, call, seq_length, bucket=None):
+    self._compiled = tf.function(call, jit_compile=True, autograph=False)
+    self.seq_length = int(seq_length)
+    self.bucket = int(bucket or DEFAULT_SINGLE_TEXT_BUCKET)
+
+  def bucket_lengths(self):
+    """The padded lengths a one-row request can have (what a warmup
+    compiles)."""
+    return list(range(self.bucket, self.seq_length, self.bucket)) + [
+        self.seq_length]
+
+  def one_row(self, inputs):
+    full = tf.shape(inputs["input_word_ids"])[1]
+    static_full = inputs["input_word_ids"].shape[1]
+    tokens = tf.reduce_sum(tf.cast(inputs["input_mask"][0], tf.int32))
+    padded_length = tf.minimum(
+        (tokens + self.bucket - 1) // self.bucket * self.bucket,
+        self.seq_length)
+    padded = {name: tf.pad(tensor[:, :tokens],
+                           [[0, 0], [0, padded_length - tokens]])
+              for name, tensor in inputs.items()}  # [1, T'], zeros after
+    outputs = self._compiled(padded)
+
+    def back(t):
+      if t.shape.rank is None or t.shape.rank < 2 or t.shape[1] is not None:
+        return t
+      cut = t[:, :tokens]
+      pads = [[0, 0], [0, full - tokens]] + [[0, 0]] * (t.shape.rank - 2)
+      # The request's static length too (SQuAD's windows have one).
+      return tf.ensure_shape(tf.pad(cut, pads),
+                             [None, static_full] + t.shape[2:])
+    return tf.nest.map_structure(back, outputs)
+
+  def __call__(self, inputs, plain):
+    """`one_row(inputs)` when `inputs` hold one row, else `plain(inputs)`."""
+    return tf.cond(tf.equal(tf.shape(inputs["input_word_ids"])[0], 1),
+                   lambda: self.one_row(inputs), lambda: plain(inputs))
+
+
+def warmup_word(vocab_file, do_lower_case=True):
+  """A whole word of `vocab_file` that tokenizes to itself (lower-case
+  letters): warmup requests repeat it to reach a length."""
+  with tf.io.gfile.GFile(vocab_file) as f:
+    return next((token for token in (line.strip() for line in f)
+                 if token.isalpha() and token.islower()), "a")
+
+
 def encoder_outputs(model_outputs):
   """A BertEncoder's outputs -> `pooled_output`, `sequence_output`."""
   return {"pooled_output": model_outputs["pooled_output"],

@@ -78,7 +78,7 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
   def __init__(self, model, vocab_file, do_lower_case, seq_length,
                doc_stride=128, max_query_length=64, n_best_size=20,
                max_answer_length=30, version_2_with_negative=False,
-               null_score_diff_threshold=0.0):
+               null_score_diff_threshold=0.0, xla_single_text=False):
     if seq_length <= max_query_length + 3:
       raise ValueError(f"seq_length {seq_length} leaves no room for the "
                        f"context after max_query_length={max_query_length}")
@@ -98,6 +98,11 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
     self.max_answer_length = int(max_answer_length)
     self.version_2_with_negative = bool(version_2_with_negative)
     self.null_score_diff_threshold = float(null_score_diff_threshold)
+    # One question whose context fits one window: the model XLA-compiled
+    # (serving.OneRowXla).
+    self._xla = tfhub_modules.Untracked(
+        serving.OneRowXla(self._model_call, seq_length)
+        if xla_single_text else None)
     answer = tf.function(self.answer, autograph=False, input_signature=[
         tf.TensorSpec([None], tf.string, name="question"),
         tf.TensorSpec([None], tf.string, name="context")])
@@ -106,6 +111,14 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
 
   def signatures(self):
     return dict(self._signatures.value)
+
+  def bucket_lengths(self):
+    """With xla_single_text, the compiled lengths (else [])."""
+    return [] if self._xla.value is None else self._xla.value.bucket_lengths()
+
+  def _model_call(self, inputs):
+    with self._weights.value.scope():
+      return self._model.value(inputs, training=False)
 
   def answer(self, question, context):
     """question, context [B] -> the signature's outputs (module docstring)."""
@@ -125,8 +138,10 @@ class SquadServingModule(tf.__internal__.tracking.AutoTrackable):
                                     tokenizer.sep_id)
     inputs = {name: windows[name] for name in (
         "input_word_ids", "input_mask", "input_type_ids")}
-    with self._weights.value.scope():
-      outputs = self._model.value(inputs, training=False)
+    if self._xla.value is None:
+      outputs = self._model_call(inputs)
+    else:
+      outputs = self._xla.value(inputs, self._model_call)
     start_logits = tf.cast(outputs["start_logits"], tf.float32)   # [Wn, T]
     end_logits = tf.cast(outputs["end_logits"], tf.float32)
     text_of = windows["text"]                                      # [Wn]
@@ -231,12 +246,17 @@ def export_squad_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        n_best_size=20, max_answer_length=30,
                        version_2_with_negative=False,
                        null_score_diff_threshold=0.0, version=None,
-                       warmup=DEFAULT_WARMUP, log=None):
+                       warmup=DEFAULT_WARMUP, log=None,
+                       xla_single_text=False):
   """Writes the question-answering SavedModel as `<export_dir>/<version>/`.
 
   Args as `SquadServingModule`'s; `version` default one more than the
   newest present; `warmup` (question, context) pairs sent by TF Serving
-  before the version is ready. Returns the version directory.
+  before the version is ready; `xla_single_text`: a request of one question
+  whose context fits one window runs the model XLA-compiled
+  (`serving.OneRowXla`; TF Serving needs `--xla_cpu_compilation_enabled`),
+  and the warmup also sends one such request per length bucket. Returns the
+  version directory.
   """
   max_positions = model.encoder.max_position_embeddings
   if seq_length > max_positions:
@@ -249,8 +269,13 @@ def export_squad_model(export_dir, model, vocab_file, *, do_lower_case=True,
   module = SquadServingModule(
       model, vocab_file, do_lower_case, seq_length, doc_stride,
       max_query_length, n_best_size, max_answer_length,
-      version_2_with_negative, null_score_diff_threshold)
+      version_2_with_negative, null_score_diff_threshold, xla_single_text)
   requests = _warmup_requests(list(warmup))
+  if xla_single_text and warmup:
+    word = serving.warmup_word(vocab_file, do_lower_case)
+    for length in module.bucket_lengths():  # [CLS] q [SEP] context [SEP]
+      requests += _warmup_requests(
+          [(word, " ".join([word] * max(length - 4, 1)))])
   log(f"writing version {version} under {export_dir}")
   return saved_model_io.atomic_save(
       module, os.path.join(export_dir, str(version)),

@@ -77,6 +77,11 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                        "true), when its dev metric passes "
                        "--max_quantization_drop (else nothing is "
                        "exported).")
+  flags.DEFINE_bool("xla_single_text", False, "With --export_dir: a "
+                    "request of one text runs the model XLA-compiled, its "
+                    "length padded to a multiple of 16 (TF Serving: "
+                    "--xla_cpu_compilation_enabled); one text's latency, "
+                    "same outputs.")
   flags.DEFINE_float("max_quantization_drop", max_quantization_drop,
                      "With --quantize=int8: the largest drop of "
                      "--best_metric on dev, int8 against float32, as a "
@@ -162,6 +167,9 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   if fv.quantize == "int8" and not getattr(fv, "do_eval", fv.do_predict):
     raise app.UsageError("--quantize=int8 is checked on the dev set: pass "
                          "--do_eval.")
+  if fv.xla_single_text and not fv.export_dir:
+    raise app.UsageError("--xla_single_text is a setting of the export: "
+                         "pass --export_dir.")
   if fv.max_quantization_drop < 0:
     raise app.UsageError(f"--max_quantization_drop must be 0 or more, got "
                          f"{fv.max_quantization_drop}.")

@@ -130,7 +130,8 @@ def _export(task, model, int8_content=None):
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
       outputs=spec.outputs, text_pair=spec.text_pair,
-      windowing=spec.windowing, int8_content=int8_content)
+      windowing=spec.windowing, xla_single_text=FLAGS.xla_single_text,
+      int8_content=int8_content)
 
 
 def _check_task_flags():
@@ -147,6 +148,10 @@ def _check_task_flags():
   if FLAGS.window_training == "documents" and FLAGS.doc_stride is None:
     raise app.UsageError("--window_training=documents trains on a text's "
                          "windows: it needs --doc_stride.")
+  if FLAGS.xla_single_text and FLAGS.doc_stride is not None:
+    raise app.UsageError("--xla_single_text runs one text as one window; "
+                         "with --doc_stride a text is several: drop one of "
+                         "them.")
   if FLAGS.doc_stride is not None:  # pairs: the task says (GLUE's too)
     try:
       classifier_windows.Windowing(FLAGS.max_seq_length, FLAGS.doc_stride,

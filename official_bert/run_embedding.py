@@ -90,7 +90,8 @@ def _export(task, model, int8_content=None):
   return serving.export_saved_model(
       FLAGS.export_dir, model, FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case, seq_length=FLAGS.max_seq_length,
-      outputs=task.export_spec().outputs, int8_content=int8_content)
+      outputs=task.export_spec().outputs,
+      xla_single_text=FLAGS.xla_single_text, int8_content=int8_content)
 
 
 def main(argv):

@@ -54,7 +54,8 @@ def _export(task, model, int8_content=None):
       lambda export_dir, version: ner_serving.export_ner_model(
           export_dir, model, list(task.export_spec().labels),
           FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-          seq_length=FLAGS.max_seq_length, version=version),
+          seq_length=FLAGS.max_seq_length, version=version,
+          xla_single_text=FLAGS.xla_single_text),
       FLAGS.export_dir, int8_content)
 
 

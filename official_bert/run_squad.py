@@ -93,7 +93,8 @@ def _export(model, int8_content=None):
   # The exporter's arguments of these names are the flags'.
   answers = {name: FLAGS[name].value for name in (
       "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
-      "version_2_with_negative", "null_score_diff_threshold")}
+      "version_2_with_negative", "null_score_diff_threshold",
+      "xla_single_text")}
   return serving.export_with_int8(
       lambda export_dir, version: squad_serving.export_squad_model(
           export_dir, model, FLAGS.vocab_file,

@@ -73,7 +73,8 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
   # With --quantize=int8: the int8 (LiteRT) model's dev metrics beside them.
   again = testing.run_cli(_flags(
       task, out, config, "--do_eval", "--do_predict", "--eval_batch_size=13",
-      f"--export_dir={tmp_path / 'serving'}", "--quantize=int8"))
+      f"--export_dir={tmp_path / 'serving'}", "--quantize=int8",
+      "--xla_single_text"))
   assert "Resumed from" in again.stdout and "ckpt-112" in again.stdout
   second = _results(out / "eval_results.txt")
   for key in results:
@@ -96,6 +97,12 @@ def test_fine_tuning_learns_evaluates_predicts_and_resumes(tmp_path):
       text=tf.constant([s for s, _ in rows["test"]]))
   out_probs = served_test["probabilities"]
   np.testing.assert_allclose(out_probs.numpy(), probabilities, atol=1e-5)
+  # --xla_single_text: one text runs XLA-compiled, the same probabilities.
+  library = served.signatures["serving_default"].graph.as_graph_def().library
+  assert [f for f in library.function if f.attr["_XlaMustCompile"].b]
+  one = served.signatures["serving_default"](
+      text=tf.constant([rows["test"][0][0]]))["probabilities"]
+  np.testing.assert_allclose(one.numpy(), probabilities[:1], atol=1e-5)
   # With the label names, in label_list.json's order, and the predicted one.
   assert served_test["label_names"].numpy().astype(str).tolist() == (
       [["c_api", "whatsnew"]] * len(rows["test"]))
@@ -238,6 +245,11 @@ def _mrpc_files(directory, n_train=40, n_dev=9):
      r"--data_dir \S+ has no dev file dev.tsv"),
     ("mrpc", ["--task_name=MRPC", "--early_stopping_patience=2"],
      r"--early_stopping_patience needs --eval_every_steps"),
+    ("mrpc", ["--task_name=MRPC", "--xla_single_text"],
+     r"--xla_single_text is a setting of the export: pass --export_dir\."),
+    ("mrpc", ["--task_name=SST-2", "--data_dir={tmp}", "--xla_single_text",
+              "--doc_stride=8", "--export_dir={tmp}/e"],
+     r"--xla_single_text runs one text as one window; with --doc_stride"),
 ])
 def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, setup, flags_,
                                                       match):

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from official_bert.tasks.ner import ner_data
@@ -71,7 +72,8 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
     shutil.copy(path, kept)
   # The int8 gate's mechanics on NER (1: any drop of the F1 passes).
   resumed = testing.run_cli(flags_ + ["--quantize=int8",
-                                      "--max_quantization_drop=1"])
+                                      "--max_quantization_drop=1",
+                                      "--xla_single_text"])
   steps = int(resumed.stdout.split("run_ner done at step ")[1].split(":")[0])
   assert 4 <= first < steps, (first, steps)  # killed mid-run
   assert f"at step {first}" in resumed.stdout
@@ -118,6 +120,16 @@ def test_trains_predicts_exports_and_resumes_after_sigkill(tmp_path):
   served = tf.saved_model.load(str(tmp_path / "serving" / "1"))
   texts = [" ".join(s.words) for s in sentences]
   out = served.signatures["serving_default"](text=tf.constant(texts))
+  # --xla_single_text: a request of one text that fits one window runs
+  # XLA-compiled, with the batch's tags and scores.
+  library = served.signatures["serving_default"].graph.as_graph_def().library
+  assert [f for f in library.function if f.attr["_XlaMustCompile"].b]
+  short = min(range(len(texts)), key=lambda i: len(sentences[i].words))
+  one = served.signatures["serving_default"](text=tf.constant([texts[short]]))
+  n = int(out["num_words"][short])
+  np.testing.assert_array_equal(one["tags"][0, :n], out["tags"][short, :n])
+  np.testing.assert_allclose(one["scores"][0, :n], out["scores"][short, :n],
+                             atol=1e-5)
   # Some sentences need several windows at --max_seq_length=16.
   assert max(len(s.words) for s in sentences) > 14
   for i, text in enumerate(texts):

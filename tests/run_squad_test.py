@@ -87,7 +87,10 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
       "--null_score_diff_threshold=1000",
       # The int8 gate's mechanics on SQuAD (this model only memorises, so
       # any drop passes: 1 = the whole F1 range).
-      "--quantize=int8", "--max_quantization_drop=1"), timeout=1200)
+      "--quantize=int8", "--max_quantization_drop=1",
+      # One question whose context fits one window: XLA-compiled (the
+      # answers equal: serving_test); the contexts here need several.
+      "--xla_single_text"), timeout=1200)
   assert f"Resumed from {out / f'ckpt-{first}'} at step {first}" in proc.stdout
   assert f"Trained steps {first}..{steps}" in proc.stdout, proc.stdout[-3000:]
   assert "Initialised the encoder" not in proc.stdout
@@ -160,6 +163,8 @@ def test_trains_resumes_after_sigkill_predicts_and_serves(tmp_path):
       question=tf.constant(texts), context=tf.constant(contexts))
   answers = [a.decode("utf-8") for a in got["answer"].numpy()]
   assert answers == [predictions[q] for q in ids]
+  library = served.signatures["serving_default"].graph.as_graph_def().library
+  assert [f for f in library.function if f.attr["_XlaMustCompile"].b]
   assert all(answers)  # (the threshold above)
   np.testing.assert_allclose(got["null_score_diff"].numpy(),
                              [null_odds[q] for q in ids], atol=1e-4)

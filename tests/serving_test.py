@@ -593,3 +593,59 @@ def test_int8_export_adds_a_litert_serving_ids_with_int8_weights(
   assert cosine.min() > 0.99, cosine
   # Not float32 in disguise: int8 weights change the values a little.
   assert 0 < np.abs(got["pooled_output"] - want["pooled_output"]).max() < 0.1
+
+
+def test_ner_and_squad_xla_single_text_equal_their_plain_exports():
+  # run_ner's and run_squad's --xla_single_text: a request whose one text
+  # fits one window runs the model XLA-compiled (serving.OneRowXla), cut to
+  # its tokens and padded to a bucket; the answers equal the plain path's.
+  from export import ner_serving  # pylint: disable=g-import-not-at-top
+  from export import squad_serving  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
+  labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+  keras.utils.set_random_seed(5)
+  tagger = finetuning_models.BertTokenClassifier.from_bert_config(
+      testing.tiny_config(), len(labels))
+  tagger.classifier.kernel.assign(tagger.classifier.kernel * 40.0)
+  spans = finetuning_models.BertSpanLabeler.from_bert_config(
+      testing.tiny_config())
+  spans.classifier.kernel.assign(spans.classifier.kernel * 40.0)
+
+  def signatures(xla):
+    ner = ner_serving.NerServingModule(tagger, labels, VOCAB, True,
+                                       SEQ_LENGTH, xla_single_text=xla)
+    squad = squad_serving.SquadServingModule(
+        spans, VOCAB, True, SEQ_LENGTH, doc_stride=4, max_query_length=4,
+        xla_single_text=xla)
+    return (ner.signatures()["serving_default"],
+            squad.signatures()["serving_default"], ner, squad)
+
+  ner_xla, squad_xla, ner_module, squad_module = signatures(True)
+  ner_plain, squad_plain, _, _ = signatures(False)
+  for signature in (ner_xla, squad_xla):
+    library = signature.graph.as_graph_def().library.function
+    assert [f for f in library if f.attr["_XlaMustCompile"].b]  # XLA, really
+  assert ner_module.bucket_lengths() == squad_module.bucket_lengths() == [16]
+  ner_cases = (["the quick brown fox"], ["Hello , world !"],
+               ["the quick brown fox", "Hello , world !  the dog sat"],
+               [" ".join(["the cat sat on the mat"] * 4)])  # several windows
+  for texts in ner_cases:
+    got, want = (f(text=tf.constant(texts)) for f in (ner_xla, ner_plain))
+    for name, value in want.items():
+      assert got[name].dtype == value.dtype, name
+      if value.dtype == tf.string:
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+      else:
+        np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+  squad_cases = ((["who sat ?"], ["the cat sat ."]),
+                 (["who ?"], ["the cat sat on the mat . " * 3]),
+                 (["who sat ?", "where ?"], ["the cat sat .", "on the mat"]))
+  for question, context in squad_cases:
+    got, want = (f(question=tf.constant(question),
+                   context=tf.constant(context))
+                 for f in (squad_xla, squad_plain))
+    for name, value in want.items():
+      if value.dtype == tf.string:
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+      else:
+        np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
