@@ -78,6 +78,12 @@ def define_flags():
                      "p - |p| x this (p: the positive's cosine) is a "
                      "near-duplicate of the answer, never a negative "
                      "(sentence-transformers' relative_margin).")
+  flags.DEFINE_integer("mini_batch_size", 0, "M > 0: the loss over the "
+                       "whole --train_batch_size (every pair against every "
+                       "passage of the batch), its gradient computed M pairs "
+                       "at a time (GradCache: a large batch's gradient in "
+                       "the memory of M); M divides the batch of each "
+                       "replica.")
   flags.DEFINE_enum("pooling", None,
                     list(sentence_transformers_folder.POOLINGS), "How "
                     "tokens become one vector: mean (over the tokens) or cls "
@@ -109,6 +115,12 @@ def main(argv):
     raise app.UsageError(
         "--mine_hard_negatives and --hard_negative_margin must be 0 or more, "
         f"got {FLAGS.mine_hard_negatives} and {FLAGS.hard_negative_margin}.")
+  if FLAGS.mini_batch_size < 0 or (
+      FLAGS.mini_batch_size and FLAGS.train_batch_size % FLAGS.mini_batch_size):
+    raise app.UsageError(
+        f"--mini_batch_size={FLAGS.mini_batch_size} does not divide "
+        f"--train_batch_size={FLAGS.train_batch_size}; pass a divisor of the "
+        "batch (or 0 for none).")
   if FLAGS.mine_hard_negatives and not FLAGS.do_train:
     raise app.UsageError("--mine_hard_negatives mines the training file's "
                          "negatives: pass --do_train.")

@@ -46,7 +46,8 @@ def _run(output_dir, bert_config=None, **overrides):
       losses=_losses, metric_counts=lambda labels, outputs: {}, num_train_examples=EXAMPLES,
       example_name="examples", best_metric="eval_accuracy",
       init_head=lambda model: None,
-      train_order=lambda batch_size, seed, num_examples: None)
+      train_order=lambda batch_size, seed, num_examples: None,
+      in_batch_loss=lambda: None)
   run = finetuner.Finetuner(config, task, bert_config)
   run.write_run_files(bert_config, files={"label_list.json": "[0, 1, 2]\n"})
   return run

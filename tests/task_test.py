@@ -31,7 +31,8 @@ from tests import testing
 TASK = {"build_model", "losses", "metric_counts", "run_files", "log_start"}
 FINETUNING = TASK | {"read", "encode", "num_train_examples", "example_name",
                      "best_metric", "metric_range", "train_data",
-                     "prepare_training", "train_order", "evaluate",
+                     "prepare_training", "train_order", "in_batch_loss",
+                     "evaluate",
                      "tune", "eval_summary", "predict", "example_inputs",
                      "init_head", "export_spec"}
 PRETRAINING = TASK | {"load", "train_input", "evaluate_records"}

@@ -133,6 +133,9 @@ class Driver:
       raise cli.Error(str(e)) from None
     self.replicas = self.strategy.num_replicas_in_sync
     self.model = self.trainer = self.kernels = None
+    # A training/task.py InBatchLoss (set by a fine-tuning task whose loss
+    # reads the whole batch, before `build`), or None.
+    self.in_batch_loss = None
     self.step = self.start = 0
     self._made_dirs = []  # what make_output_dir made, deepest first
     self._written = []
@@ -161,6 +164,12 @@ class Driver:
           if config.gradient_accumulation_steps > 1 else "")
       raise cli.Error(f"--train_batch_size={config.train_batch_size} is not "
                       f"divisible by {split}; use a multiple of {micro}.")
+    mini = self.in_batch_loss.mini_batch_size if self.in_batch_loss else 0
+    if config.do_train and mini and (config.train_batch_size // micro) % mini:
+      raise cli.Error(
+          f"--mini_batch_size={mini} does not divide the batch each replica "
+          f"computes, {config.train_batch_size // micro} (--train_batch_size="
+          f"{config.train_batch_size} / {micro}); pass a divisor of it.")
     keras.utils.set_random_seed(config.seed)
     distribution.set_mixed_precision(config.mixed_precision)
     # One model, so training, evaluation and prediction run the same kernels.
@@ -186,7 +195,8 @@ class Driver:
             jit_compile=config.jit_compile,
             keep_checkpoints=config.keep_checkpoint_max,
             eval_every_steps=config.eval_every_steps,
-            remove_padding=remove_padding),
+            remove_padding=remove_padding,
+            in_batch_loss=self.in_batch_loss),
         metric_fn=metric_fn,
         transform_gradients=(transform_gradients(self.model)
                              if transform_gradients else None))

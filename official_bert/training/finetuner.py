@@ -53,6 +53,7 @@ class Finetuner(driver.Driver):
     self.num_train_examples = task.num_train_examples
     self.init_head = task.init_head
     self.train_order = task.train_order
+    self.in_batch_loss = task.in_batch_loss()  # how the train step builds it
     self.example_name = task.example_name
     # Each batch cut to its longest example (training/padding.py); TPUs
     # compile the whole loop for one shape, so they keep max_seq_length.

@@ -53,6 +53,27 @@ class ExportSpec:
   labels: tuple = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class InBatchLoss:
+  """A loss that scores each example against candidates from the whole
+  batch (embedding's in-batch negatives), and how the train step
+  (training/train_step.py) computes it.
+
+  Attributes:
+    own_outputs: the keys of the model's output dict that are each
+      example's own (embedding's "anchor"); every other output is a
+      candidate for every example of the global batch: under several
+      replicas it is gathered from all of them (this replica's rows first)
+      before `losses` and `metric_counts` read it.
+    mini_batch_size: 0, or M: the loss over the whole batch of a replica,
+      its gradient computed M examples at a time with the embeddings'
+      gradients cached (GradCache: the memory of M, the gradient of the
+      batch).
+  """
+  own_outputs: tuple = ()
+  mini_batch_size: int = 0
+
+
 @typing.runtime_checkable
 class Task(typing.Protocol):
   """What the shared driver (training/driver.py) needs of every task."""
@@ -134,6 +155,12 @@ class FinetuningTask(Task, typing.Protocol):
     its starting weights, `resumed` whether the run resumed from its own
     checkpoint. Returns {file name: text} to write to output_dir, in order
     ({} for none: most tasks prepare nothing). ValueError: one sentence."""
+
+  def in_batch_loss(self):
+    """None when each example's loss reads its own outputs alone, or an
+    InBatchLoss: `losses` scores every example against the whole batch's
+    candidates, which the train step gathers across replicas and may
+    compute in mini-batches."""
 
   def train_order(self, batch_size, seed, num_examples):
     """None (the finetuner shuffles the training rows, seeded), or the

@@ -28,6 +28,7 @@ each choice; the git log of docs/performance.md has the history.
 """
 
 import dataclasses
+import typing
 
 import tensorflow as tf
 
@@ -39,6 +40,7 @@ class StepOptions:
   max_grad_norm: float = 1.0
   jit_compile: bool = False
   remove_padding: bool = False
+  in_batch_loss: typing.Any = None  # a training/task.py InBatchLoss
 
 
 def is_tpu(strategy):
@@ -57,7 +59,7 @@ def compiles_update(strategy, optimizer=None):
 
 
 def replica_gradients(model, optimizer, losses_and_metrics, batches,
-                      num_replicas, remove_padding=False):
+                      num_replicas, remove_padding=False, in_batch_loss=None):
   """Per replica: summed gradients and losses/metrics of the micro-batches.
 
   Each micro-batch's loss is scaled by 1 / (replicas * micro-batches), so the
@@ -66,18 +68,35 @@ def replica_gradients(model, optimizer, losses_and_metrics, batches,
   reads (the pooler under a span or token head) has the gradient None.
   `remove_padding`: the model is called with `remove_padding=True` (the
   fine-tuning models: position-wise work on the tokens only).
+  `in_batch_loss` (a training/task.py InBatchLoss, or None): under several
+  replicas the candidates are gathered from all of them (`gather_candidates`)
+  before the loss; with its mini_batch_size, each micro-batch's gradient is
+  `cached_gradients`'.
   """
   variables = model.trainable_variables
   call_kwargs = {"remove_padding": True} if remove_padding else {}
   scale = 1.0 / (num_replicas * len(batches))
+  if in_batch_loss is not None and num_replicas > 1:
+    own = in_batch_loss.own_outputs
+    loss_fn = lambda labels, outputs: losses_and_metrics(
+        labels, gather_candidates(outputs, own))
+  else:
+    loss_fn = losses_and_metrics
+  chunk = in_batch_loss.mini_batch_size if in_batch_loss else 0
   grads, loss_sums, metric_sums = None, {}, {}
   for inputs, labels in batches:
-    with tf.GradientTape() as tape:
-      outputs = model(inputs, training=True, **call_kwargs)
-      losses, metrics = losses_and_metrics(labels, outputs)
-      scaled = optimizer.scale_loss(losses["loss"] * scale)
+    if chunk:
+      step_grads, losses, metrics = cached_gradients(
+          model, lambda l, o: scaled_losses(optimizer, loss_fn, scale, l, o),
+          inputs, labels, chunk, call_kwargs)
+    else:
+      with tf.GradientTape() as tape:
+        outputs = model(inputs, training=True, **call_kwargs)
+        scaled, losses, metrics = scaled_losses(optimizer, loss_fn, scale,
+                                                labels, outputs)
+      step_grads = tape.gradient(scaled, variables)
     step_grads = [None if g is None else tf.convert_to_tensor(g)
-                  for g in tape.gradient(scaled, variables)]
+                  for g in step_grads]
     grads = step_grads if grads is None else [
         None if a is None else a + b for a, b in zip(grads, step_grads)]
     for key, value in losses.items():
@@ -85,6 +104,94 @@ def replica_gradients(model, optimizer, losses_and_metrics, batches,
     for key, value in metrics.items():
       metric_sums[key] = metric_sums.get(key, 0.0) + value
   return grads, loss_sums, metric_sums
+
+
+def scaled_losses(optimizer, loss_fn, scale, labels, outputs):
+  """(the loss times `scale`, loss-scaled, to differentiate; the losses;
+  the metrics)."""
+  losses, metrics = loss_fn(labels, outputs)
+  return optimizer.scale_loss(losses["loss"] * scale), losses, metrics
+
+
+def seed_states(model):
+  """The state variables of the model's dropout seed generators: its
+  variables that are not weights (checkpoints save them as `rng`)."""
+  weights = {id(v) for v in model.weights}
+  return [v for v in model.variables if id(v) not in weights]
+
+
+def gather_candidates(outputs, own_outputs):
+  """`outputs` (a dict of [B, ...] per replica) with every key but
+  `own_outputs` all-gathered from every replica, this replica's B rows first
+  and the others' after them in replica order: an example's own candidate
+  keeps its row, so the loss is unchanged, and each replica's examples score
+  against the global batch's candidates. all_gather's gradient sums every
+  replica's share back to the replica whose rows they are."""
+  context = tf.distribute.get_replica_context()
+  gathered = dict(outputs)
+  for key, value in outputs.items():
+    if key not in own_outputs:
+      every = context.all_gather(value, axis=0)               # [R * B, ...]
+      gathered[key] = tf.roll(
+          every, -context.replica_id_in_sync_group * tf.shape(value)[0],
+          axis=0)
+  return gathered
+
+
+def cached_gradients(model, loss_fn, inputs, labels, chunk, call_kwargs):
+  """GradCache (Gao et al., 2021; sentence-transformers'
+  CachedMultipleNegativesRankingLoss): the gradient of the loss over the
+  whole batch, `chunk` examples of activations at a time.
+
+  (a) every chunk's outputs, with no tape (no activations kept); (b) the
+  loss over all of them (`loss_fn(labels, outputs) -> (scaled loss, losses,
+  metrics)`) and its gradient with respect to the outputs; (c) per chunk,
+  the forward pass again under a tape, backpropagating its rows of (b)'s
+  gradient; the chunks' gradients summed are the batch's. Dropout draws
+  the same masks in (a) and (c): before each chunk's re-run the seed
+  generators are set back to their state before its first run (after the
+  last re-run they are where (a) left them).
+  Each chunk waits for the previous one (control dependencies): one chunk's
+  activations live at a time. Returns (gradients, losses, metrics).
+  """
+  variables = model.trainable_variables
+  states = seed_states(model)
+  size = tf.nest.flatten(inputs)[0].shape[0]
+  if size is None or size % chunk:
+    raise ValueError(f"mini_batch_size {chunk} must divide the per-replica "
+                     f"batch, {size}")
+  chunks = [tf.nest.map_structure(lambda t, i=i: t[i:i + chunk], inputs)
+            for i in range(0, size, chunk)]
+  starts, parts, previous = [], [], []
+  for inputs_i in chunks:                                       # (a)
+    with tf.control_dependencies(previous):
+      starts.append([tf.identity(s.value) for s in states])
+      outputs_i = tf.nest.map_structure(
+          tf.stop_gradient, model(inputs_i, training=True, **call_kwargs))
+    parts.append(outputs_i)
+    previous = tf.nest.flatten(outputs_i)
+  outputs = tf.nest.map_structure(lambda *p: tf.concat(p, axis=0), *parts)
+  with tf.GradientTape() as tape:                               # (b)
+    tape.watch(outputs)
+    scaled, losses, metrics = loss_fn(labels, outputs)
+  cached = tape.gradient(scaled, outputs)
+  grads, previous = None, [scaled]
+  for i, inputs_i in enumerate(chunks):                         # (c)
+    with tf.control_dependencies(previous):
+      for state, value in zip(states, starts[i]):
+        state.assign(value)
+      with tf.GradientTape() as tape:
+        outputs_i = model(inputs_i, training=True, **call_kwargs)
+      rows = tf.nest.map_structure(
+          lambda g, i=i: g[i * chunk:(i + 1) * chunk], cached)
+      chunk_grads = [None if g is None else tf.convert_to_tensor(g)
+                     for g in tape.gradient(outputs_i, variables,
+                                            output_gradients=rows)]
+    grads = chunk_grads if grads is None else [
+        b if a is None else a if b is None else a + b
+        for a, b in zip(grads, chunk_grads)]
+    previous = [g for g in grads if g is not None]
+  return grads, losses, metrics
 
 
 def clip_and_apply(optimizer, grads, variables, max_grad_norm):
@@ -132,7 +239,8 @@ def make_train_loop(strategy, model, optimizer, loss_fn, metric_fn, step,
 
   def replica_grads(batches):
     return replica_gradients(model, optimizer, losses_and_metrics, batches,
-                             num_replicas, options.remove_padding)
+                             num_replicas, options.remove_padding,
+                             options.in_batch_loss)
 
   def apply(grads):
     if transform_gradients is not None:

@@ -47,6 +47,7 @@ import dataclasses
 import os
 import sys
 import time
+import typing
 
 import numpy as np
 import tensorflow as tf
@@ -78,6 +79,9 @@ class TrainConfig:
   remove_padding: call the model with `remove_padding=True` (the fine-tuning
     models: their position-wise work on the tokens only, modeling/packing.py;
     a shape XLA cannot compile, so not with jit_compile).
+  in_batch_loss: a training/task.py InBatchLoss (the loss scores each
+    example against the whole batch: candidates gathered across replicas,
+    GradCache with its mini_batch_size; train_step.py), or None.
   """
   output_dir: str
   num_train_steps: int
@@ -89,6 +93,7 @@ class TrainConfig:
   keep_checkpoints: int = 5
   eval_every_steps: int = 0
   remove_padding: bool = False
+  in_batch_loss: typing.Any = None
 
 
 @dataclasses.dataclass
@@ -267,7 +272,7 @@ class Trainer:
           self.metric_fn, self.step, train_step.StepOptions(
               self.config.gradient_accumulation_steps,
               self.config.max_grad_norm, self.config.jit_compile,
-              self.config.remove_padding),
+              self.config.remove_padding, self.config.in_batch_loss),
           transform_gradients=self.transform_gradients)
     return iter(dataset)
 

@@ -316,6 +316,10 @@ class ClassificationTask:
     del batch_size, seed, num_examples  # any batch of labelled texts will do
     return None
 
+  def in_batch_loss(self):
+    """None: each example's loss reads its own logits alone."""
+    return None
+
   def init_head(self, model):
     """Nothing: the head keeps its initializers, as the original's."""
 

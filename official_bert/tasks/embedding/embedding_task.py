@@ -65,6 +65,8 @@ class EmbeddingConfig:
   mine_hard_negatives: K > 0: mine K hard negatives per anchor before
     training (hard_negatives.py) into output_dir/hard_negatives.tsv.
   hard_negative_margin: the mining's relative margin.
+  mini_batch_size: 0, or M: the loss over the whole batch, its gradient
+    computed M pairs at a time (GradCache; `in_batch_loss`).
   """
   data_dir: str
   output_dir: str
@@ -75,6 +77,7 @@ class EmbeddingConfig:
   pooling: str = "mean"
   mine_hard_negatives: int = 0
   hard_negative_margin: float = hard_negatives.RELATIVE_MARGIN
+  mini_batch_size: int = 0
 
 
 # ------------------------------------------------------- loss, metrics ----
@@ -251,6 +254,9 @@ class EmbeddingTask:
             if negatives else "no hard negatives")
     if self.config.mine_hard_negatives:
       said += f"; {self.config.mine_hard_negatives} to mine"
+    if self.config.mini_batch_size:
+      said += (f"; each batch's gradient {self.config.mini_batch_size} pairs "
+               "at a time (GradCache)")
     print(f"embedding ({self.config.pooling} pooling, in-batch negatives, "
           f"{said}, batches without a repeated text): "
           + ", ".join(f"{split} {len(s[0])} pairs"
@@ -278,6 +284,13 @@ class EmbeddingTask:
 
   def metric_counts(self, labels, outputs):
     return ranking_metric_counts(labels, outputs)
+
+  def in_batch_loss(self):
+    """Each anchor against every positive and negative of the global batch
+    (gathered across replicas), in chunks of mini_batch_size pairs when
+    set."""
+    return task_lib.InBatchLoss(own_outputs=("anchor",),
+                                mini_batch_size=self.config.mini_batch_size)
 
   def train_data(self):
     """({<role>_<input name>: int32 [N, T]}, unused labels [N])."""

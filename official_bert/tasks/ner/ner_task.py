@@ -190,6 +190,10 @@ class NerTask:
     del batch_size, seed, num_examples  # windows train apart: shuffled
     return None
 
+  def in_batch_loss(self):
+    """None: each sentence's loss reads its own logits alone."""
+    return None
+
   def init_head(self, model):
     """Nothing: the token head keeps its initializers."""
 

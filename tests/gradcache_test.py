@@ -1,0 +1,159 @@
+"""run_embedding's large batches (training/train_step.py with a task's
+InBatchLoss): GradCache's chunked gradient equals the whole batch's, with
+dropout on and the same masks; --mini_batch_size trains through the
+program; a mini-batch that does not divide the batch is one sentence."""
+
+import re
+
+import numpy as np
+import pytest
+
+from official_bert.tasks.embedding import embedding_task
+from official_bert.training import task as task_lib
+from tests import testing
+
+BATCH, MINI, SEQ = 256, 32, 7
+
+
+def _inputs(batch, seed=0):
+  """Anchor, positive and negative inputs of `batch` rows ([B, SEQ] each,
+  each row padded after its own length)."""
+  rng = np.random.default_rng(seed)
+  inputs = {}
+  for role in ("anchor", "positive", "negative"):
+    lengths = rng.integers(2, SEQ + 1, batch)
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+    inputs[f"{role}_input_word_ids"] = (
+        rng.integers(5, 99, (batch, SEQ)) * mask).astype(np.int32)
+    inputs[f"{role}_input_mask"] = mask
+    inputs[f"{role}_input_type_ids"] = np.zeros((batch, SEQ), np.int32)
+  return inputs, np.zeros(batch, np.int32)
+
+
+def _losses_and_metrics(labels, outputs):
+  return (embedding_task.ranking_losses(labels, outputs),
+          embedding_task.ranking_metric_counts(labels, outputs))
+
+
+def _relative(reference, grads):
+  """The largest difference, relative to each variable's largest gradient
+  (floored at 1e-3 of the largest overall: the attention keys' bias has a
+  gradient of ~0); the pooler, which the embeddings do not read, has none
+  in both."""
+  assert [g is None for g in grads] == [r is None for r in reference]
+  pairs = [(r, g) for r, g in zip(reference, grads) if r is not None]
+  floor = 1e-3 * max(float(np.max(np.abs(r))) for r, _ in pairs)
+  return max(float(np.max(np.abs(g - r))) / max(float(np.max(np.abs(r))),
+                                                floor) for r, g in pairs)
+
+
+@pytest.fixture(scope="module")
+def model():
+  """The tiny 1-layer embedder, dropout on (0.1, as BERT's)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
+  keras.utils.set_random_seed(4)
+  return sentence_embedder.BertSentenceEmbedder.from_bert_config(
+      testing.tiny_config(num_hidden_layers=1))
+
+
+def _cached(model, inputs, labels, mini):
+  """train_step's per-replica gradient of one batch with mini-batch `mini`
+  (0: the plain path), as numpy, and the loss."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.training import train_step  # pylint: disable=g-import-not-at-top
+  optimizer = keras.optimizers.SGD()
+  grads, losses, _ = train_step.replica_gradients(
+      model, optimizer, _losses_and_metrics, [(inputs, labels)], 1,
+      in_batch_loss=task_lib.InBatchLoss(("anchor",), mini))
+  return [None if g is None else g.numpy() for g in grads], float(
+      losses["loss"])
+
+
+def test_the_chunked_gradient_is_the_whole_batchs_with_the_same_dropout(
+    model):
+  """--train_batch_size=256 --mini_batch_size=32: train_step's GradCache
+  gradient (chunks embedded without a tape, the loss's gradient cached,
+  each chunk re-run and backpropagated) equals, within 1e-5, the gradient
+  of the loss over the whole batch taken through one tape, the embeddings
+  drawn with the same dropout masks (the chunks run from the same seed
+  state, under that tape). Bugs caught: a chunk's gradient not accumulated
+  (1/8 of the gradient missing), the re-run drawing other dropout masks
+  (the seed generators not set back), the seed state not left where (a)
+  left it."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.training import train_step  # pylint: disable=g-import-not-at-top
+  inputs, labels = _inputs(BATCH)
+  states = train_step.seed_states(model)
+  start = [s.numpy() for s in states]
+  cached, loss = _cached(model, inputs, labels, MINI)
+  after = [s.numpy() for s in states]
+  for state, value in zip(states, start):
+    state.assign(value)
+  with tf.GradientTape() as tape:
+    parts = [model({k: v[i:i + MINI] for k, v in inputs.items()},
+                   training=True) for i in range(0, BATCH, MINI)]
+    outputs = {k: tf.concat([p[k] for p in parts], 0) for k in parts[0]}
+    whole = embedding_task.ranking_losses(labels, outputs)["loss"]
+  reference = [None if g is None else tf.convert_to_tensor(g).numpy()
+               for g in tape.gradient(whole, model.trainable_variables)]
+  np.testing.assert_array_equal([s.numpy() for s in states], after)
+  assert loss == pytest.approx(float(whole), rel=1e-6)
+  assert _relative(reference, cached) < 1e-5
+  # Dropout acts: without it the loss and gradient are other ones.
+  plain = model(inputs, training=False)
+  assert float(embedding_task.ranking_losses(labels, plain)["loss"]) != (
+      pytest.approx(loss, rel=1e-3))
+
+
+def _program_flags(task, out, config, *extra):
+  return [f"--task_data_dir={task}", f"--bert_config_file={config}",
+          f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+          "--max_seq_length=24", "--train_batch_size=8", "--do_train",
+          "--learning_rate=1e-3", "--num_train_epochs=1",
+          "--steps_per_loop=1", "--negative_column=none", *extra]
+
+
+def test_mini_batch_size_trains_as_the_whole_batch(tmp_path):
+  """run_embedding --train_batch_size=8 --mini_batch_size=4 (dropout off, 2
+  steps) logs the plain run's losses and ends with its weights. Bugs
+  caught: the flag not reaching the train step (the task's in_batch_loss,
+  the driver), the chunked path wrong in the compiled loop."""
+  testing.require_shared_data()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tests.embedding_test import _write_pairs  # pylint: disable=g-import-not-at-top
+  task, config = tmp_path / "task", str(tmp_path / "bert_config.json")
+  _write_pairs(task, n_train=16, n_dev=4)
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
+                      num_hidden_layers=1, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0).to_json_file(config)
+  losses, weights = {}, {}
+  for name, extra in (("plain", []), ("mini", ["--mini_batch_size=4"])):
+    proc = testing.run_program("official_bert.run_embedding", _program_flags(
+        task, tmp_path / name, config, *extra))
+    losses[name] = [float(x) for x in re.findall(r"step \d+/2 loss (\S+)",
+                                                 proc.stdout)]
+    reader = tf.train.load_checkpoint(str(tmp_path / name / "ckpt-2"))
+    weights[name] = {k: reader.get_tensor(k) for k in
+                     reader.get_variable_to_shape_map() if "/encoder/" in k}
+  assert len(losses["plain"]) == 2, losses
+  np.testing.assert_allclose(losses["mini"], losses["plain"], rtol=1e-4)
+  assert weights["mini"].keys() == weights["plain"].keys()
+  for key, value in weights["plain"].items():
+    np.testing.assert_allclose(weights["mini"][key], value, atol=1e-5,
+                               err_msg=key)
+
+
+def test_a_mini_batch_that_does_not_divide_the_batch_is_one_sentence(
+    tmp_path):
+  # Refused before anything is read: the files need only exist.
+  (tmp_path / "task").mkdir()
+  testing.tiny_config().to_json_file(str(tmp_path / "bert_config.json"))
+  last = testing.refused_input("official_bert.run_embedding", _program_flags(
+      tmp_path / "task", tmp_path / "out", tmp_path / "bert_config.json",
+      "--mini_batch_size=3"))
+  assert last.endswith("--mini_batch_size=3 does not divide "
+                       "--train_batch_size=8; pass a divisor of the batch (or "
+                       "0 for none)."), last
+  assert not (tmp_path / "out").exists()
