@@ -125,6 +125,29 @@ def test_encoder_and_pretrainer_on_jax_match_tensorflow(tmp_path):
         err_msg=f"{kernels} remove_padding")
     np.testing.assert_allclose(got[f"{kernels}/packed_pooled_output"],
                                want["pooled_output"], rtol=1e-5, atol=1e-5)
+  # Packed rows and fused attention on JAX (sequence_packing_test's
+  # batches): each sequence's outputs, the loss and every gradient equal the
+  # dense padded path's within 1e-5.
+  from tests import sequence_packing_test  # pylint: disable=g-import-not-at-top
+  _, _, _, _, where = sequence_packing_test.packed_and_dense()
+  base = "packing/dense/dense"
+  num_grads = len([k for k in got.files if k.startswith(base + "/grad_")])
+  assert num_grads > 30
+  for attention, rows in (("dense", "packed"), ("fused", "packed")):
+    key = f"packing/{attention}/{rows}"
+    for name, slots in (("sequence_output", None), ("mlm_logits", "slots")):
+      for want_part, got_part in sequence_packing_test.per_sequence(
+          got[f"{base}/{name}"], got[f"{key}/{name}"], where, None, slots):
+        np.testing.assert_allclose(got_part, want_part, atol=1e-5,
+                                   err_msg=f"{key} {name}")
+    np.testing.assert_allclose(got[f"{key}/loss"], got[f"{base}/loss"],
+                               atol=1e-5, err_msg=key)
+    for i in range(num_grads):
+      want_grad = got[f"{base}/grad_{i}"]
+      np.testing.assert_allclose(
+          got[f"{key}/grad_{i}"], want_grad,
+          atol=1e-5 * max(np.abs(want_grad).max(), 1e-3),
+          err_msg=f"{key} gradient {i}")
   # The original's optimizer on JAX: its `update_step`, no TensorFlow.
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   assert summary["adamw_fused_kernels"] is False
@@ -213,6 +236,7 @@ def _child(workdir):
             layer.kernels for layer in model._flatten_layers()  # pylint: disable=protected-access
             if hasattr(layer, "kernels")})}
     print(f"{kernels}: done", flush=True)
+  _packed_rows_on_jax(config, results)
   from official_bert.training import optimization  # pylint: disable=g-import-not-at-top
   dense = keras.layers.Dense(5)
   dense.build((None, 3))
@@ -231,6 +255,58 @@ def _child(workdir):
   np.savez(os.path.join(workdir, "jax_results.npz"), **results)
   with open(os.path.join(workdir, "jax_summary.json"), "w") as f:
     json.dump(summary, f)
+
+
+def _packed_rows_on_jax(config, results):
+  """sequence_packing_test's batches on JAX, under jax.jit (static shapes):
+  dense rows, packed rows, and packed rows with fused attention: each one's
+  sequence_output, masked-LM logits, loss and gradients, as
+  `packing/{attention}/{rows}/...` results."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+  from tests import sequence_packing_test  # pylint: disable=g-import-not-at-top
+  dense_in, dense_labels, packed_in, packed_labels, _ = (
+      sequence_packing_test.packed_and_dense())
+  plain = pretrainer_lib.BertPretrainer.from_bert_config(
+      config, use_next_sentence=False)
+  fused = pretrainer_lib.BertPretrainer.from_bert_config(
+      config, use_next_sentence=False, fused_attention=True)
+  fused.set_weights(plain.get_weights())
+  for attention, model, rows, inputs, labels in (
+      ("dense", plain, "dense", dense_in, dense_labels),
+      ("dense", plain, "packed", packed_in, packed_labels),
+      ("fused", fused, "packed", packed_in, packed_labels)):
+    encoder_inputs = {k: v for k, v in inputs.items()
+                      if k != "masked_lm_positions"}
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    encoder_variables = (
+        [v.value for v in model.encoder.trainable_variables],
+        [v.value for v in model.encoder.non_trainable_variables])
+
+    @jax.jit
+    def run(trainable, non_trainable, encoder_variables, model=model,
+            inputs=inputs, labels=labels, encoder_inputs=encoder_inputs):
+      def loss_fn(weights):
+        outputs, _ = model.stateless_call(weights, non_trainable, inputs,
+                                          training=False)
+        return pretrainer_lib.pretraining_losses(labels, outputs)[
+            "loss"], outputs
+      (loss, outputs), grads = jax.value_and_grad(
+          loss_fn, has_aux=True)(trainable)
+      encoded, _ = model.encoder.stateless_call(*encoder_variables,
+                                                encoder_inputs)
+      return encoded["sequence_output"], outputs["mlm_logits"], loss, grads
+
+    sequence, logits, loss, grads = run(trainable, non_trainable,
+                                        encoder_variables)
+    key = f"packing/{attention}/{rows}"
+    results[f"{key}/sequence_output"] = np.asarray(sequence)
+    results[f"{key}/mlm_logits"] = np.asarray(logits)
+    results[f"{key}/loss"] = np.asarray(loss)
+    for i, grad in enumerate(grads):
+      results[f"{key}/grad_{i}"] = np.asarray(grad)
+  print("packed rows: done", flush=True)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,16 @@ class SelfAttention(keras.layers.Layer):
     dropout_rate: dropout on the attention probabilities.
     initializer_range: stddev of the truncated-normal initializer.
     kernels: "fast" or "keras", for the dropout (see `kernels.py`).
+    fused_attention: the scores, softmax and weighted sum as one fused op
+      (`kernels.fused_attention`: `keras.ops.dot_product_attention`, flash
+      or cuDNN where the backend has them), the same values; the attention
+      probabilities are then not dropped out (the fused op has no dropout:
+      the recipes that fuse set attention_probs_dropout_prob to 0, as
+      ModernBERT). Not with the padding-free path (`packing`).
 
-  Inputs: `(x, mask)`: x float [B, T, H], mask int/bool [B, T] (1 = real token).
+  Inputs: `(x, mask)`: x float [B, T, H], mask int/bool [B, T] (1 = real
+    token), or [B, T, S] (1 where query t may attend to key s: packed rows,
+    sequence_packing.py; with `query_inputs`, [B, P, S]).
     `query_inputs` (optional, float [B, P, H]): attend from these instead
     (e.g. x at a few positions); every position of x is still a key and a
     value.
@@ -46,7 +54,8 @@ class SelfAttention(keras.layers.Layer):
   """
 
   def __init__(self, hidden_size, num_attention_heads, dropout_rate=0.1,
-               initializer_range=0.02, kernels="keras", **kwargs):
+               initializer_range=0.02, kernels="keras",
+               fused_attention=False, **kwargs):
     super().__init__(**kwargs)
     if hidden_size % num_attention_heads:
       raise ValueError(f"hidden_size ({hidden_size}) must be divisible by "
@@ -57,6 +66,7 @@ class SelfAttention(keras.layers.Layer):
     self.initializer_range = initializer_range
     self.head_size = hidden_size // num_attention_heads
     self.kernels = kernels_lib.check(kernels)
+    self.fused_attention = bool(fused_attention)
 
   def _dense(self, name):
     return keras.layers.Dense(
@@ -137,6 +147,15 @@ class SelfAttention(keras.layers.Layer):
                                               kernels=self.kernels))
 
   def _attend(self, query, key, value, mask, training):
+    if self.fused_attention:
+      # [B, T, N, D] -> [B, T, N, D], the mask as the original's additive
+      # -10000 (in the compute dtype: a fused kernel's bias is).
+      context = kernels_lib.fused_attention(
+          query, key, value, ops.cast(_mask_bias(mask), query.dtype),
+          1.0 / math.sqrt(self.head_size))
+      batch, length = ops.shape(query)[:2]
+      return self.output_dense(
+          ops.reshape(context, (batch, length, self.hidden_size)))
     # [B, N, T, S] scores in float32: the softmax must not run in half precision.
     scores = ops.einsum("btnd,bsnd->bnts", query, key)
     scores = ops.cast(scores, "float32") / math.sqrt(self.head_size)
@@ -151,10 +170,7 @@ class SelfAttention(keras.layers.Layer):
     """Scaled float32 scores [B, N, T, S] -> attention probabilities in the
     compute dtype, after dropout. Keys where `mask` [B, S] is 0 get -10000
     before the softmax, as the original."""
-    bias = (1.0 - ops.cast(mask, "float32")) * -10000.0  # [B, S]
-    # [B, 1, 1, S]; expand_dims, not bias[:, None, None, :]: a new-axis
-    # slice has no LiteRT builtin (the int8 export converts this graph).
-    probs = ops.softmax(scores + ops.expand_dims(bias, (1, 2)), axis=-1)
+    probs = ops.softmax(scores + _mask_bias(mask), axis=-1)
     return self.dropout(ops.cast(probs, self.compute_dtype),
                         training=training)
 
@@ -167,5 +183,17 @@ class SelfAttention(keras.layers.Layer):
                   num_attention_heads=self.num_attention_heads,
                   dropout_rate=self.dropout_rate,
                   initializer_range=self.initializer_range,
-                  kernels=self.kernels)
+                  kernels=self.kernels, fused_attention=self.fused_attention)
     return config
+
+
+def _mask_bias(mask):
+  """The original's additive mask: 0 where a key may be attended, -10000
+  where not; float32, [B, 1, 1, S] from a [B, S] mask, [B, 1, T, S] from a
+  [B, T, S] one (packed rows)."""
+  bias = (1.0 - ops.cast(mask, "float32")) * -10000.0
+  # expand_dims, not bias[:, None, None, :]: a new-axis slice has no LiteRT
+  # builtin (the int8 export converts this graph).
+  if len(mask.shape) == 3:
+    return ops.expand_dims(bias, 1)
+  return ops.expand_dims(bias, (1, 2))

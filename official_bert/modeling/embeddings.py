@@ -27,7 +27,9 @@ class BertEmbeddings(keras.layers.Layer):
     initializer_range: stddev of the truncated-normal initializer.
     kernels: "fast" or "keras", for the LayerNorm and the dropout.
 
-  Inputs: `(word_ids, type_ids)`, int [B, T] each, T <= max_position_embeddings.
+  Inputs: `(word_ids, type_ids)`, int [B, T] each, T <= max_position_embeddings;
+    `position_ids` (optional int [B, T]): each position's index, for packed
+    rows whose positions restart with each sequence (sequence_packing.py).
   Output: float [B, T, H].
 
   Example:
@@ -75,14 +77,19 @@ class BertEmbeddings(keras.layers.Layer):
                                    dtype=self.dtype_policy)
     self.built = True
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, position_ids=None):
     word_ids, type_ids = inputs
     seq_length = ops.shape(word_ids)[1]
     x = self.word_embeddings(word_ids) + self.token_type_embeddings(type_ids)
-    # [T, H] broadcast over the batch.
-    positions = ops.cast(self.position_embeddings[:seq_length],
-                         self.compute_dtype)
-    x = x + positions[None, :, :]
+    if position_ids is None:
+      # [T, H] broadcast over the batch.
+      positions = ops.cast(self.position_embeddings[:seq_length],
+                           self.compute_dtype)[None, :, :]
+    else:  # packed rows: [B, T] -> [B, T, H], restarting per sequence
+      positions = ops.cast(ops.take(self.position_embeddings,
+                                    ops.cast(position_ids, "int32"), axis=0),
+                           self.compute_dtype)
+    x = x + positions
     return self.dropout(self.layer_norm(x), training=training)
 
   def compute_output_shape(self, input_shape):

@@ -20,9 +20,12 @@ from official_bert.modeling import embeddings
 from official_bert.modeling import initializers
 from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import packing as packing_lib
+from official_bert.modeling import sequence_packing
 from official_bert.modeling import transformer
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+# Optional: packed rows' sequence numbers (sequence_packing.py).
+SEQUENCE_IDS = "input_sequence_ids"
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
@@ -47,6 +50,16 @@ class BertEncoder(keras.Model):
   Outputs: dict `sequence_output` [B, T, H], `pooled_output` [B, H],
     `encoder_outputs` (list of L [B, T, H]), `default` (= pooled_output).
 
+  `input_sequence_ids` (optional int [B, T]): packed rows, several
+  sequences one after another (1, 2, ... per sequence, 0 for padding): each
+  attends only within itself and its positions restart at 0, so each gets
+  the outputs it would get alone (sequence_packing.py). The pooler reads
+  position 0, the first sequence's [CLS].
+
+  `fused_attention=True`: attention as one fused op (flash or cuDNN where
+  the backend has it, `kernels.fused_attention`), without dropout on the
+  attention probabilities; saved in `get_config`.
+
   `output_positions` (optional int [B, P]): the positions a head will read,
   e.g. the masked-LM positions. The last block then runs at those positions
   and [CLS] only (all positions stay keys and values), and `sequence_output`
@@ -69,7 +82,7 @@ class BertEncoder(keras.Model):
                hidden_act="gelu", hidden_dropout_prob=0.1,
                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
                type_vocab_size=2, initializer_range=0.02, kernels="keras",
-               **kwargs):
+               fused_attention=False, **kwargs):
     kwargs.setdefault("name", "bert_encoder")
     super().__init__(**kwargs)
     # Validates every value with the same messages as bert_config.json.
@@ -94,6 +107,7 @@ class BertEncoder(keras.Model):
     self.type_vocab_size = type_vocab_size
     self.initializer_range = initializer_range
     self.kernels = kernels_lib.check(kernels)
+    self.fused_attention = bool(fused_attention)
 
   @classmethod
   def from_bert_config(cls, config: configs.BertConfig, **kwargs):
@@ -128,7 +142,8 @@ class BertEncoder(keras.Model):
           hidden_dropout_prob=self.hidden_dropout_prob,
           attention_probs_dropout_prob=self.attention_probs_dropout_prob,
           initializer_range=self.initializer_range, kernels=self.kernels,
-          dtype=self.dtype_policy, name=f"layer_{i}")
+          fused_attention=self.fused_attention, dtype=self.dtype_policy,
+          name=f"layer_{i}")
       block.build((hidden_shape, word_shape))
       # One attribute per block (not a list): Keras 3 lists are not tracked
       # by tf.train.Checkpoint, and `layer_N` is the original's scope name.
@@ -153,7 +168,17 @@ class BertEncoder(keras.Model):
     if length is not None and length > self.max_position_embeddings:
       raise ValueError(f"sequence length {length} exceeds "
                        f"max_position_embeddings={self.max_position_embeddings}")
-    x = self.embeddings((word_ids, inputs["input_type_ids"]), training=training)
+    attention_mask = mask
+    position_ids = None
+    sequence_ids = inputs.get(SEQUENCE_IDS)
+    if sequence_ids is not None:  # packed rows (sequence_packing.py)
+      if remove_padding:
+        raise ValueError("packed rows (input_sequence_ids) have little "
+                         "padding to remove: call with remove_padding=False")
+      attention_mask = sequence_packing.attention_mask(sequence_ids)
+      position_ids = sequence_packing.position_ids(sequence_ids)
+    x = self.embeddings((word_ids, inputs["input_type_ids"]),
+                        training=training, position_ids=position_ids)
     blocks = self.encoder_layers
     last_positions = None
     if output_positions is not None:
@@ -169,7 +194,8 @@ class BertEncoder(keras.Model):
     layer_outputs = []
     for i, block in enumerate(blocks):
       positions = last_positions if i == len(blocks) - 1 else None
-      x = block((x, mask), training=training, output_positions=positions,
+      x = block((x, attention_mask), training=training,
+                output_positions=positions,
                 packing=packing)
       layer_outputs.append(x)
     if packing is not None:
@@ -202,7 +228,7 @@ class BertEncoder(keras.Model):
     config = super().get_config()
     values = self._bert_config.to_dict()
     config.update(values)
-    config.update(kernels=self.kernels)
+    config.update(kernels=self.kernels, fused_attention=self.fused_attention)
     return config
 
   @classmethod

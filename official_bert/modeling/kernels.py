@@ -366,6 +366,16 @@ def _keep(leading, last, threshold, seed, kernels):
 
 
 # ------------------------------------------------------------ helpers ----
+def fused_attention(query, key, value, bias, scale):
+  """softmax(q k^T * scale + bias) v as one op: `keras.ops.dot_product_attention`,
+  which runs flash or cuDNN's fused attention where the backend has it (JAX
+  on a GPU) and its own formula elsewhere. query [B, T, N, D], key and value
+  [B, S, N, D], bias broadcastable to [B, N, T, S] -> [B, T, N, D]. The same
+  values as the dense formula within rounding (tests/sequence_packing_test.py);
+  no dropout of the probabilities."""
+  return ops.dot_product_attention(query, key, value, bias=bias, scale=scale)
+
+
 def sum_rows(x):
   """Sums a [..., H] tensor over every axis but the last, as a matmul.
 

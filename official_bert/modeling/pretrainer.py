@@ -54,12 +54,15 @@ class BertPretrainer(encoder_lib.EncoderModel):
 
   @classmethod
   def from_bert_config(cls, config: configs.BertConfig,
-                       use_next_sentence=True, kernels="keras", **kwargs):
+                       use_next_sentence=True, kernels="keras",
+                       fused_attention=False, **kwargs):
     """Builds (with weights) a pretrainer around a new encoder for `config`.
 
-    `kernels`: "fast" or "keras" for the encoder and the heads (`kernels.py`).
+    `kernels`: "fast" or "keras" for the encoder and the heads (`kernels.py`);
+    `fused_attention`: the encoder's (`BertEncoder`).
     """
-    encoder = encoder_lib.BertEncoder.from_bert_config(config, kernels=kernels)
+    encoder = encoder_lib.BertEncoder.from_bert_config(
+        config, kernels=kernels, fused_attention=fused_attention)
     model = cls(encoder, use_next_sentence=use_next_sentence, **kwargs)
     model.build({name: (None, None) for name in PRETRAINING_INPUT_NAMES})
     return model
@@ -77,6 +80,9 @@ class BertPretrainer(encoder_lib.EncoderModel):
 
   def call(self, inputs, training=None):
     encoder_inputs = {name: inputs[name] for name in encoder_lib.INPUT_NAMES}
+    if encoder_lib.SEQUENCE_IDS in inputs:  # packed rows: masked-LM only
+      encoder_inputs[encoder_lib.SEQUENCE_IDS] = inputs[
+          encoder_lib.SEQUENCE_IDS]
     # The heads read only the masked positions and [CLS], so the last block
     # runs there only (about 1/6 of its work at seq 128, 20 predictions);
     # the logits equal those of the full sequence output gathered there.

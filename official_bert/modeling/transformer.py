@@ -10,6 +10,7 @@ from official_bert.modeling import kernels as kernels_lib
 from official_bert.modeling import normalization
 from official_bert.modeling import packing as packing_lib
 from official_bert.modeling import positions as positions_lib
+from official_bert.modeling import sequence_packing
 
 
 @keras.saving.register_keras_serializable(package="official_bert")
@@ -36,8 +37,10 @@ class TransformerBlock(keras.layers.Layer):
     attention_probs_dropout_prob: dropout on the attention probabilities.
     initializer_range: stddev of the truncated-normal initializer.
     kernels: "fast" or "keras", for every sublayer (see `kernels.py`).
+    fused_attention: the attention's fused op (see `SelfAttention`).
 
-  Inputs: `(x, mask)`: float [B, T, H], int [B, T]. Output: float [B, T, H].
+  Inputs: `(x, mask)`: float [B, T, H], int [B, T] (or [B, T, S]: packed
+  rows' attention mask, sequence_packing.py). Output: float [B, T, H].
   With `output_positions` (int [B, P]) the block attends from those positions
   only (to all of them) and returns [B, P, H]: equal to the full output
   gathered there, for a fraction of the work when only P positions are read.
@@ -55,7 +58,7 @@ class TransformerBlock(keras.layers.Layer):
   def __init__(self, hidden_size, num_attention_heads, intermediate_size,
                hidden_act="gelu", hidden_dropout_prob=0.1,
                attention_probs_dropout_prob=0.1, initializer_range=0.02,
-               kernels="keras", **kwargs):
+               kernels="keras", fused_attention=False, **kwargs):
     super().__init__(**kwargs)
     activations.get(hidden_act)  # Validates the name early.
     self.hidden_size = hidden_size
@@ -66,6 +69,7 @@ class TransformerBlock(keras.layers.Layer):
     self.attention_probs_dropout_prob = attention_probs_dropout_prob
     self.initializer_range = initializer_range
     self.kernels = kernels_lib.check(kernels)
+    self.fused_attention = bool(fused_attention)
 
   def build(self, input_shape):
     x_shape = tuple(input_shape[0])
@@ -73,7 +77,8 @@ class TransformerBlock(keras.layers.Layer):
         self.hidden_size, self.num_attention_heads,
         dropout_rate=self.attention_probs_dropout_prob,
         initializer_range=self.initializer_range, kernels=self.kernels,
-        dtype=self.dtype_policy, name="attention")
+        fused_attention=self.fused_attention, dtype=self.dtype_policy,
+        name="attention")
     self.attention.build(input_shape)
     self.attention_layer_norm = normalization.LayerNormalization(
         epsilon=1e-12, kernels=self.kernels, dtype=self.dtype_policy,
@@ -103,6 +108,11 @@ class TransformerBlock(keras.layers.Layer):
   def call(self, inputs, training=None, output_positions=None, packing=None):
     x, mask = inputs
     queries = None
+    attention_mask = mask
+    if output_positions is not None and len(mask.shape) == 3:
+      # A packed row's [B, T, S] mask at the query positions: [B, P, S].
+      attention_mask = sequence_packing.gather_query_rows(mask,
+                                                          output_positions)
     if output_positions is not None and packing is not None:
       # [N, H] -> [B, P, H]: the packed rows of those positions (which must
       # be tokens), the queries and the residual.
@@ -110,7 +120,7 @@ class TransformerBlock(keras.layers.Layer):
     elif output_positions is not None:
       # [B, T, H] -> [B, P, H]: the queries, and the residual.
       queries = positions_lib.gather_positions(x, output_positions)
-    attended = self.attention((x, mask), training=training,
+    attended = self.attention((x, attention_mask), training=training,
                               query_inputs=queries, packing=packing)
     if queries is not None:
       x = queries
@@ -131,5 +141,6 @@ class TransformerBlock(keras.layers.Layer):
         intermediate_size=self.intermediate_size, hidden_act=self.hidden_act,
         hidden_dropout_prob=self.hidden_dropout_prob,
         attention_probs_dropout_prob=self.attention_probs_dropout_prob,
-        initializer_range=self.initializer_range, kernels=self.kernels)
+        initializer_range=self.initializer_range, kernels=self.kernels,
+        fused_attention=self.fused_attention)
     return config
