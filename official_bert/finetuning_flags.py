@@ -67,6 +67,22 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                     "sentence-transformers' layer reduction do; the run's "
                     "bert_config.json says the student's "
                     "num_hidden_layers.")
+  # ---- distillation (training/distillation.py, docs/distillation.md)
+  flags.DEFINE_string("teacher", None, "Distil: fit the outputs of this "
+                      "fine-tuned run (its --output_dir; its best/ "
+                      "checkpoint when it kept one; run_embedding: also a "
+                      "checkpoint folder --init_checkpoint takes), computed "
+                      "once before training and cached in --output_dir.")
+  flags.DEFINE_float("distill_alpha", 0.5, "With --teacher: the weight of "
+                     "the distillation loss; the label loss gets 1 - alpha.")
+  flags.DEFINE_float("distill_temperature", 2.0, "With --teacher: the "
+                     "temperature T of the softened distributions (the "
+                     "soft loss is multiplied by T^2).")
+  flags.DEFINE_string("distill_data", None, "With --teacher: unlabelled "
+                      "texts the teacher labels, trained on with the "
+                      "distillation loss only (run_classifier: the training "
+                      "file's layout without the label column; "
+                      "run_embedding: one text per line).")
   # ---- shared with run_pretraining.py: distribution, precision, loop
   trainer_flags.define(steps_per_loop=100, keep_checkpoint_max=2)
   flags.DEFINE_string("export_dir", None, export_help or "If set, export the "
@@ -161,6 +177,7 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   if fv.init_checkpoint and cli.blocked_by(fv.init_checkpoint):
     raise cli.missing("init_checkpoint", fv.init_checkpoint)
   student_layers(fv)
+  check_distillation(fv)
   if fv.quantize == "int8" and not fv.export_dir:
     raise app.UsageError("--quantize=int8 quantizes the export: pass "
                          "--export_dir.")
@@ -218,6 +235,81 @@ def student_layers(fv):
   return layers
 
 
+def check_distillation(fv):
+  """--teacher and --distill_*: app.UsageError sentences, before
+  TensorFlow starts (the labels are compared once the task has read its
+  files: finetuner.read_and_run)."""
+  from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+  if not fv.teacher:
+    for name in ("distill_alpha", "distill_temperature", "distill_data"):
+      if fv[name].present:
+        raise app.UsageError(f"--{name} sets how a student fits its "
+                             "teacher: pass --teacher.")
+    return
+  if not 0 <= fv.distill_alpha <= 1:
+    raise app.UsageError(f"--distill_alpha must be in [0, 1], got "
+                         f"{fv.distill_alpha}.")
+  if fv.distill_temperature <= 0:
+    raise app.UsageError(f"--distill_temperature must be positive, got "
+                         f"{fv.distill_temperature}.")
+  if not fv.do_train:
+    raise app.UsageError("--teacher is what training fits: pass --do_train.")
+  if "mini_batch_size" in fv and fv.mini_batch_size:
+    raise app.UsageError("--teacher with --mini_batch_size is not supported "
+                         "(the cached embeddings' gradients hold the ranking "
+                         "loss alone); drop one of them.")
+  if fv.distill_data:
+    cli.check_input_file("distill_data", fv.distill_data)
+  which = distillation.kind(fv.teacher)
+  accepted = ("a fine-tuned run's --output_dir (flags.json, "
+              "bert_config.json and its checkpoint)")
+  if "pooling" in fv:  # run_embedding
+    accepted += (" or a checkpoint folder with its bert_config.json (what "
+                 "--init_checkpoint takes)")
+  if which == "export":
+    raise app.UsageError(f"--teacher {fv.teacher} is an export, which "
+                         f"cannot teach yet; pass {accepted}.")
+  if which is None or (which == "checkpoint" and "pooling" not in fv):
+    raise app.UsageError(f"--teacher {fv.teacher} is neither a run nor a "
+                         f"checkpoint folder; pass {accepted}.")
+  try:
+    vocab = distillation.vocab_file(fv.teacher, which)
+  except (OSError, ValueError) as e:
+    raise app.UsageError(f"--teacher {fv.teacher}: its flags.json cannot be "
+                         f"read ({e}); pass a run's --output_dir.")
+  if vocab is not None:
+    try:
+      with open(vocab, "rb") as f:
+        theirs = f.read()
+      with open(fv.vocab_file, "rb") as f:
+        ours = f.read()
+    except OSError as e:
+      raise app.UsageError(f"--teacher {fv.teacher}: its vocabulary {vocab} "
+                           f"cannot be read ({e.strerror}).")
+    if theirs != ours:
+      raise app.UsageError(
+          f"--teacher {fv.teacher} was trained with the vocabulary {vocab}, "
+          f"which differs from --vocab_file {fv.vocab_file}; a student "
+          "reads the teacher's ids, so pass the teacher's vocab.txt.")
+
+
+def distill_config(fv, program):
+  """The run's distillation.DistillConfig (None without --teacher);
+  --distill_data where the program has none is a cli.Error."""
+  from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+  if not fv.teacher:
+    return None
+  if fv.distill_data and program in ("run_ner", "run_squad"):
+    raise cli.Error(f"--distill_data adds unlabelled texts, which {program} "
+                    "cannot take (its examples are tagged words or answered "
+                    "questions); drop --distill_data.")
+  config_file = os.path.join(fv.teacher, "bert_config.json")
+  return distillation.DistillConfig(
+      teacher=fv.teacher, bert_config_file=config_file,
+      alpha=fv.distill_alpha, temperature=fv.distill_temperature,
+      distill_data=fv.distill_data)
+
+
 def driver_config(fv, num_train_examples):
   """The DriverConfig of a fine-tuning run: the trainer's flags, the steps
   of --num_train_epochs over `num_train_examples` (at least one), padding
@@ -269,4 +361,5 @@ def run(fv, task, program, export=None):
       predict_batch_size=fv.predict_batch_size,
       export=export if fv.export_dir else None,
       int8=int8 if fv.quantize == "int8" else None,
-      max_quantization_drop=fv.max_quantization_drop)
+      max_quantization_drop=fv.max_quantization_drop,
+      distill=distill_config(fv, program))

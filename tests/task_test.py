@@ -23,6 +23,7 @@ from official_bert.tasks.embedding import embedding_task
 from official_bert.tasks.ner import ner_task
 from official_bert.tasks.pretraining import pretraining_task
 from official_bert.tasks.squad import squad_task
+from official_bert.training import distillation
 from official_bert.training import driver
 from official_bert.training import finetuner
 from official_bert.training import task as task_lib
@@ -34,7 +35,8 @@ FINETUNING = TASK | {"read", "encode", "num_train_examples", "example_name",
                      "prepare_training", "train_order", "in_batch_loss",
                      "evaluate",
                      "tune", "eval_summary", "predict", "example_inputs",
-                     "init_head", "export_spec"}
+                     "init_head", "export_spec", "num_distill_texts",
+                     "teacher_outputs", "distill_losses"}
 PRETRAINING = TASK | {"load", "train_input", "evaluate_records"}
 # Every program that builds a task: it may ask of it only the contract.
 PROGRAMS = ("official_bert/run_classifier.py", "official_bert/run_ner.py",
@@ -205,7 +207,8 @@ def test_the_driver_and_the_finetuning_flow_ask_only_the_contract():
       "build_model", "losses", "metric_counts"}
   finetuning = (task_attributes(_module_source(driver))
                 | task_attributes(_module_source(finetuner))
-                | task_attributes(_module_source(finetuning_flags)))
+                | task_attributes(_module_source(finetuning_flags))
+                | task_attributes(_module_source(distillation)))
   assert finetuning <= FINETUNING
   assert FINETUNING - finetuning <= {"export_spec"}
 

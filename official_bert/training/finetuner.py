@@ -41,9 +41,11 @@ class Finetuner(driver.Driver):
       losses and metric counts; num_train_examples and example_name for the
       log; best_metric, when config.best_metric is unset.
     bert_config: the model's BertConfig.
+    distill: a distillation.DistillConfig (training fits the teacher's
+      outputs too: `teacher_labels`), or None.
   """
 
-  def __init__(self, config, task, bert_config):
+  def __init__(self, config, task, bert_config, distill=None):
     from official_bert.training import best_checkpoint  # pylint: disable=g-import-not-at-top
     from official_bert.training import padding  # pylint: disable=g-import-not-at-top
     super().__init__(config)
@@ -66,7 +68,14 @@ class Finetuner(driver.Driver):
     # which XLA cannot compile.
     self.remove_padding = (config.remove_padding and not config.jit_compile
                            and not self.is_tpu())
-    self.build_task(task, bert_config, remove_padding=self.remove_padding)
+    if distill is None:
+      self.build_task(task, bert_config, remove_padding=self.remove_padding)
+    else:  # labels {"labels", "teacher", "labelled"}: distillation.py
+      from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+      self.build(lambda kernels: task.build_model(bert_config, kernels),
+                 *distillation.mixed_losses(task, distill.alpha,
+                                            distill.temperature),
+                 remove_padding=self.remove_padding)
     self.best = best_checkpoint.BestCheckpoint(
         os.path.join(config.output_dir, "best"), self.model,
         config.best_metric or task.best_metric, self.is_chief,
@@ -385,6 +394,10 @@ def read_and_run(task, driver_config, *, bert_config_file, vocab_file,
   is a cli.Error sentence naming the file."""
   try:
     task.read()
+    if run_task_args.get("distill") is not None:  # its labels are ours
+      from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+      distillation.check_run_files(run_task_args["distill"].teacher,
+                                   task.run_files())
   except (ValueError, UnicodeDecodeError, OSError) as e:
     raise cli.Error(data_error(e)) from None
   bert_config, tokenizer = load_config_and_vocab(
@@ -408,7 +421,7 @@ def data_error(error):
 
 def run_task(task, config, bert_config, *, program, do_eval, do_predict,
              eval_batch_size, predict_batch_size, export=None, int8=None,
-             max_quantization_drop=None):
+             max_quantization_drop=None, distill=None):
   """A fine-tuning program's flow once its task is read and encoded: train
   (evaluating every eval_every_steps), tune on dev, evaluate, predict,
   check the int8 model, export.
@@ -427,10 +440,14 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   `int8_` keys) before anything is exported; when its best_metric is more
   than `max_quantization_drop` worse (see `quantization_drop`), or anything
   in that step fails, the run ends (cli.Error) and nothing is exported.
+  With `distill` (a distillation.DistillConfig), training fits the
+  teacher's outputs too (`teacher_labels`: computed once, cached in
+  output_dir) and eval_results.txt gets the teacher's dev metrics as
+  `teacher_` keys.
   Returns False when SIGTERM stopped training (the checkpoint is saved; a
   rerun resumes), True when done.
   """
-  run = Finetuner(config, task, bert_config)
+  run = Finetuner(config, task, bert_config, distill)
   run.write_run_files(bert_config, files=task.run_files())
   task.log_start(run.describe())
 
@@ -450,7 +467,12 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
     if run.is_chief:
       for name, text in prepared.items():
         run.write(name, text)
-    if not run.train(*task.train_data(), evaluate):
+    inputs, labels = task.train_data()
+    teacher_eval = {}
+    if distill is not None:
+      labels, teacher_eval = teacher_labels(
+          run, task, distill, inputs, labels, eval_batch_size, do_eval)
+    if not run.train(inputs, labels, evaluate):
       return False
   summary = []
   result = dev = None
@@ -462,6 +484,8 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
       for name, text in tuned.items():
         run.write(name, text)
     result = evaluate(run.step)
+    if config.do_train and distill is not None:
+      result.update({f"teacher_{k}": v for k, v in teacher_eval.items()})
     run.write_eval_results(result)
     summary.append(task.eval_summary(result))
     dev = evaluate
@@ -491,6 +515,66 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   print(f"{program} done at step {run.step}: " + "; ".join(summary)
         + f"; output in {config.output_dir}", flush=True)
   return True
+
+
+def teacher_labels(run, task, distill, inputs, labels, batch_size,
+                   evaluating):
+  """(labels with the teacher's outputs, the teacher's dev eval_results):
+  the teacher (the task's model for its bert_config.json, restored from
+  distill.teacher) predicts over the training `inputs` once, batched as
+  `predict` is, and evaluates on dev (when `evaluating`); both are cached
+  in output_dir (distillation.py) and reused while the teacher and the
+  inputs are unchanged. cli.Error: one sentence naming --teacher."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+  try:
+    teacher_config = configs.BertConfig.from_json_file(
+        distill.bert_config_file, "--teacher")
+    model = task.build_model(teacher_config, "keras")
+    model(task.example_inputs(), training=False)
+    prefix = checkpoints.restore_model(model, distill.teacher)
+  except (ValueError, TypeError, KeyError) as e:
+    raise cli.Error(f"--teacher {distill.teacher}: {e}") from None
+  steps = {}
+
+  def predict_teacher(batch, fill=0.0):
+    if fill not in steps:
+      steps[fill] = predict_step(model, batch, run.pad_multiple, fill,
+                                 run.remove_padding)
+    return predict(model, batch, batch_size, run.pad_multiple,
+                   step=steps[fill])
+
+  made_from = distillation.record(prefix, model.get_weights(), inputs,
+                                  distill.distill_data)
+  path = os.path.join(run.config.output_dir, distillation.FILE)
+  outputs, teacher_eval, why = distillation.reusable(run.config.output_dir,
+                                                     made_from)
+  if outputs is not None:
+    print(f"teacher outputs: reused {path} (made by the same teacher from "
+          "the same training inputs)", flush=True)
+  else:
+    if why:
+      print(f"teacher outputs: {path}: {why}; computing them again",
+            flush=True)
+    t0 = time.time()
+    outputs = task.teacher_outputs(predict_teacher)
+    teacher_eval = {}
+    if evaluating:
+      teacher_eval = {k: v for k, v in task.evaluate(
+          predict_teacher, 0).items() if k != "global_step" and
+                      isinstance(v, (int, float, np.floating))}
+      teacher_eval = {k: float(v) for k, v in teacher_eval.items()}
+    if run.is_chief:
+      distillation.write(run.config.output_dir, outputs, made_from,
+                         teacher_eval)
+    print(f"teacher outputs: {len(next(iter(inputs.values())))} rows "
+          f"by {prefix} in {time.time() - t0:.1f} s, written to {path}",
+          flush=True)
+  del model
+  return (distillation.with_teacher(labels, outputs,
+                                    task.num_distill_texts), teacher_eval)
 
 
 def quantization_drop(metric, value, int8_value, metric_range=1.0):

@@ -16,7 +16,8 @@ reads a member of a task that is not declared here nor asks `getattr` or
     FinetuningTask  a Task that training/finetuner.py runs (read_and_run,
                     run_task): reading and
                     encoding its files, what it prepares from the starting
-                    weights, its training arrays and their order, dev
+                    weights, its training arrays and their order, what a
+                    student fits of a teacher (distillation.py), dev
                     evaluation, what it tunes on dev, prediction files and
                     what its export needs.
     PretrainingTask a Task on streamed TFRecords (run_pretraining): finding
@@ -161,6 +162,27 @@ class FinetuningTask(Task, typing.Protocol):
     InBatchLoss: `losses` scores every example against the whole batch's
     candidates, which the train step gathers across replicas and may
     compute in mini-batches."""
+
+  @property
+  def num_distill_texts(self):
+    """How many of train_data's rows are --distill_data's unlabelled texts
+    (an int: they are its last rows, their labels placeholders that the
+    label loss leaves out); 0 for none, and in a task that takes none."""
+
+  def teacher_outputs(self, predict):
+    """The teacher's outputs over train_data's rows, in their order (the
+    structure `distill_losses` reads as `teacher`), from the teacher's
+    `predict` (as in `evaluate`). ValueError: one sentence, for a setting
+    the task cannot distil."""
+
+  def distill_losses(self, labels, teacher, outputs, temperature, labelled):
+    """{"label_loss": the batch's label loss over the rows whose
+    `labelled` (float32 [B]) is 1, "distill_loss": the loss to the
+    teacher's outputs `teacher` (a batch of `teacher_outputs`' rows, per
+    position ones at the full length) over every row, multiplied by
+    `temperature`^2 where it compares distributions softened by it} (float32
+    scalars; traced in the train step, keras.ops only; training/
+    distillation.py mixes them by --distill_alpha)."""
 
   def train_order(self, batch_size, seed, num_examples):
     """None (the finetuner shuffles the training rows, seeded), or the

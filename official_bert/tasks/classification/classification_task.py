@@ -25,6 +25,7 @@ import numpy as np
 
 from official_bert.data import text_files
 from official_bert.training import classifier_metrics
+from official_bert.training import distillation
 from official_bert.training import task as task_lib
 from official_bert.tasks.classification import classifier_windows
 from official_bert.tasks.classification import glue
@@ -48,6 +49,9 @@ class ClassificationConfig:
     fitted to its label: finetuning_models.BertDocumentClassifier).
   label_separator, tune_thresholds: task_type "multi_label"'s
     (multi_label_task.py).
+  distill_data: with do_train, a file of unlabelled texts (the training
+    file's layout without its label column) added to the training rows
+    for distillation (training/distillation.py).
   """
   data_dir: str
   output_dir: str
@@ -66,6 +70,7 @@ class ClassificationConfig:
   window_training: str = "windows"
   label_separator: str = "|"
   tune_thresholds: bool = False
+  distill_data: Optional[str] = None
 
 
 def classifier_losses(labels, logits, regression=False):
@@ -139,6 +144,7 @@ class ClassificationTask:
     self.splits = {}  # split -> (examples, inputs or None, label ids)
     self.windowing = None  # a classifier_windows.Windowing, with doc_stride
     self.window_text = {}  # split -> int32 [W]: each window's example
+    self.distill = None  # --distill_data's (examples, inputs or None)
 
   @property
   def trains_documents(self):
@@ -187,6 +193,23 @@ class ClassificationTask:
         examples = self.read_split(split)
         ids = None if split == "test" else self.label_ids(examples)
         self.splits[split] = (examples, None, ids)
+    if config.distill_data and config.do_train:
+      self.distill = (self._read_distill_data(), None)
+
+  def _read_distill_data(self):
+    """--distill_data's texts: the training file's layout without labels."""
+    config = self.config
+    if config.task_name or config.doc_stride:
+      raise ValueError(
+          "--distill_data adds texts in the layout of --text_column"
+          + (" and --text_b_column" if config.text_b_column else "")
+          + ", one example each: drop "
+          + ("--task_name (name the columns instead)" if config.task_name
+             else "--doc_stride (windows are not distilled from it)"))
+    columns = text_files.Columns(config.text_column, config.text_b_column,
+                                 config.label_column)
+    return text_files.read_examples(config.distill_data, columns,
+                                    require_label=False)
 
   def _read_file(self, split):
     config = self.config
@@ -234,6 +257,9 @@ class ClassificationTask:
         inputs, self.window_text[split] = classifier_windows.encode(
             examples, tokenizer, self.windowing)
       self.splits[split] = (examples, inputs, ids)
+    if self.distill is not None:
+      self.distill = (self.distill[0], text_files.encode(
+          self.distill[0], tokenizer, max_seq_length))
 
   @property
   def num_train_examples(self):
@@ -243,7 +269,13 @@ class ClassificationTask:
       return 0
     if self.trains_documents:
       return len(self.splits["train"][0])
-    return len(self.splits["train"][1]["input_mask"])
+    return (len(self.splits["train"][1]["input_mask"])
+            + self.num_distill_texts)
+
+  @property
+  def num_distill_texts(self):
+    """--distill_data's texts: train_data's last rows."""
+    return 0 if self.distill is None else len(self.distill[0])
 
   def run_files(self):
     """Files written beside flags.json: the labels, in their order."""
@@ -263,6 +295,9 @@ class ClassificationTask:
           + ", ".join(f"{split} {len(s[0])} examples{windows.get(split, '')}"
                       for split, s in self.splits.items())
           + f"; {run_description}", flush=True)
+    if self.distill is not None:
+      print(f"distill_data: {self.num_distill_texts} texts from "
+            f"{self.config.distill_data}", flush=True)
     for split, (examples, inputs, _) in list(self.splits.items())[:1]:
       for i in range(min(2, len(examples))):
         # The example's row, or with doc_stride its first window.
@@ -299,14 +334,45 @@ class ClassificationTask:
 
   def train_data(self):
     """(inputs, labels); with doc_stride each window has its text's label,
-    or (trains_documents) each text is its windows [D, M, T]."""
+    or (trains_documents) each text is its windows [D, M, T]; then
+    --distill_data's texts, with placeholder labels (0)."""
     examples, inputs, labels = self.splits["train"]
     if self.trains_documents:
       return classifier_windows.documents(
           inputs, self.window_text["train"], len(examples)), labels
     if self.windowing is not None:
       labels = labels[self.window_text["train"]]
+    if self.distill is not None:
+      extra = self.distill[1]
+      inputs = {k: np.concatenate([v, extra[k]]) for k, v in inputs.items()}
+      labels = np.concatenate([labels, np.zeros(
+          (self.num_distill_texts,) + labels.shape[1:], labels.dtype)])
     return inputs, labels
+
+  def teacher_outputs(self, predict):
+    """The teacher's logits [N, C] over the training rows (with doc_stride:
+    each window's own, fitted per window as its label is)."""
+    if self.trains_documents:
+      raise ValueError("--teacher fits each training window's logits: "
+                       "pass --window_training=windows")
+    return predict(self.train_data()[0])
+
+  def distill_losses(self, labels, teacher, logits, temperature, labelled):
+    """The label loss (cross-entropy, or squared error for regression)
+    over the labelled rows; to the teacher: T^2 KL between the softened
+    distributions (regression: the squared error to its value)."""
+    import keras  # pylint: disable=g-import-not-at-top
+    from keras import ops  # pylint: disable=g-import-not-at-top
+    if self.regression:
+      label = ops.square(logits[:, 0] - ops.cast(labels, "float32"))
+      distill = ops.mean(ops.square(logits[:, 0] - teacher[:, 0]))
+    else:
+      label = keras.losses.sparse_categorical_crossentropy(
+          labels, logits, from_logits=True)
+      distill = ops.mean(distillation.soft_cross_entropy(
+          teacher, logits, temperature))
+    return {"label_loss": distillation.weighted_mean(label, labelled),
+            "distill_loss": distill}
 
   def prepare_training(self, predict, model, resumed):
     del predict, model, resumed  # the labelled texts are all it trains on

@@ -37,6 +37,7 @@ import numpy as np
 
 from official_bert.tasks.classification import classification_task
 from official_bert.training import classifier_metrics
+from official_bert.training import distillation
 
 THRESHOLDS_FILE = "thresholds.json"
 
@@ -188,6 +189,18 @@ class MultiLabelTask(classification_task.ClassificationTask):
 
   def metric_counts(self, labels, logits):
     return multi_label_metric_counts(labels, logits)
+
+  def distill_losses(self, labels, teacher, logits, temperature, labelled):
+    """The label loss (binary cross-entropy) over the labelled rows; to the
+    teacher: each label's sigmoid at temperature T, T^2 times its KL
+    (distillation.sigmoid_cross_entropy)."""
+    import keras  # pylint: disable=g-import-not-at-top
+    from keras import ops  # pylint: disable=g-import-not-at-top
+    label = keras.losses.binary_crossentropy(
+        ops.cast(labels, "float32"), logits, from_logits=True)      # [B]
+    return {"label_loss": distillation.weighted_mean(label, labelled),
+            "distill_loss": ops.mean(distillation.sigmoid_cross_entropy(
+                teacher, logits, temperature))}
 
   def evaluate(self, predict, step):
     """eval_results on dev at the current thresholds; it only reports.

@@ -42,6 +42,7 @@ import numpy as np
 from official_bert.data import text_files
 from official_bert.tasks.embedding import hard_negatives
 from official_bert.tasks.embedding import no_duplicates
+from official_bert.training import distillation
 from official_bert.training import sentence_transformers_folder as st_folder
 from official_bert.training import task as task_lib
 
@@ -65,6 +66,9 @@ class EmbeddingConfig:
   mine_hard_negatives: K > 0: mine K hard negatives per anchor before
     training (hard_negatives.py) into output_dir/hard_negatives.tsv.
   hard_negative_margin: the mining's relative margin.
+  distill_data: a file of unlabelled texts, one per line, each a training
+    row of that text in every role that only the distillation loss reads
+    (training/distillation.py).
   mini_batch_size: 0, or M: the loss over the whole batch, its gradient
     computed M pairs at a time (GradCache; `in_batch_loss`).
   """
@@ -77,6 +81,7 @@ class EmbeddingConfig:
   pooling: str = "mean"
   mine_hard_negatives: int = 0
   hard_negative_margin: float = hard_negatives.RELATIVE_MARGIN
+  distill_data: Optional[str] = None
   mini_batch_size: int = 0
 
 
@@ -191,6 +196,7 @@ class EmbeddingTask:
     self.train_path = None
     self.train_rows_file = None  # what training reads: train_path or mined
     self.negative_names = []  # the training file's negative columns
+    self.distill_texts = 0  # --distill_data's rows: train's last
 
   # ---------------------------------------------------- preprocessing ----
   def read(self):
@@ -198,6 +204,26 @@ class EmbeddingTask:
     file and line)."""
     for split in self.config.splits:
       self.splits[split] = self._read_split(split)
+    if self.config.distill_data and "train" in self.splits:
+      self._add_distill_data(self.config.distill_data)
+
+  def _add_distill_data(self, path):
+    """--distill_data's lines as training rows: the text in every role."""
+    if self.config.mine_hard_negatives:
+      raise ValueError("--distill_data's texts have no pairs to mine "
+                       "negatives for: drop --mine_hard_negatives or "
+                       "--distill_data")
+    wheres, texts, _ = self.splits["train"]
+    with open(path, encoding="utf-8") as f:
+      lines = [(f"{path}:{n}", line.strip()) for n, line in enumerate(f, 1)
+               if line.strip()]
+    if not lines:
+      raise ValueError(f"--distill_data {path} has no text; write one text "
+                       "per line")
+    for role in texts:
+      texts[role].extend(text for _, text in lines)
+    wheres.extend(where for where, _ in lines)
+    self.distill_texts = len(lines)
 
   def _read_split(self, split):
     config = self.config
@@ -262,6 +288,9 @@ class EmbeddingTask:
           + ", ".join(f"{split} {len(s[0])} pairs"
                       for split, s in self.splits.items())
           + f"; {run_description}", flush=True)
+    if self.num_distill_texts:
+      print(f"distill_data: {self.num_distill_texts} texts from "
+            f"{self.config.distill_data}", flush=True)
     for split, (wheres, texts, inputs) in list(self.splits.items())[:1]:
       for i in range(min(2, len(wheres))):
         tokens = {}
@@ -291,6 +320,33 @@ class EmbeddingTask:
     set."""
     return task_lib.InBatchLoss(own_outputs=("anchor",),
                                 mini_batch_size=self.config.mini_batch_size)
+
+  @property
+  def num_distill_texts(self):
+    return self.distill_texts
+
+  def teacher_outputs(self, predict):
+    """The teacher's embeddings {role: [N, H]} of the training rows' texts
+    (after mining: the mined rows')."""
+    _, _, inputs = self.splits["train"]
+    return {role: predict(inputs[role]) for role in self.roles}
+
+  def distill_losses(self, labels, teacher, outputs, temperature, labelled):
+    """The ranking loss over the labelled anchors (every row's texts stay
+    candidates), and the mean squared error of every text's embedding to
+    the teacher's (sentence-transformers' MSELoss); no temperature."""
+    import keras  # pylint: disable=g-import-not-at-top
+    from keras import ops  # pylint: disable=g-import-not-at-top
+    del labels, temperature
+    scores = ranking_scores(outputs)
+    label = keras.losses.sparse_categorical_crossentropy(
+        ops.arange(ops.shape(scores)[0]), scores, from_logits=True)
+    rows = ops.shape(outputs["anchor"])[0]
+    # This replica's rows come first where candidates are gathered.
+    mse = [ops.mean(ops.square(outputs[role][:rows] - teacher[role]))
+           for role in sorted(teacher)]
+    return {"label_loss": distillation.weighted_mean(label, labelled),
+            "distill_loss": sum(mse[1:], mse[0]) / len(mse)}
 
   def train_data(self):
     """({<role>_<input name>: int32 [N, T]}, unused labels [N])."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from official_bert.data import text_files
 from official_bert.training import classifier_metrics
+from official_bert.training import distillation
 from official_bert.training import task as task_lib
 from official_bert.tasks.ner import ner_data
 
@@ -94,6 +95,7 @@ class NerTask:
   example_name = "examples"
   best_metric = "eval_f1"
   metric_range = 1.0
+  num_distill_texts = 0  # run_ner takes no --distill_data
 
   def __init__(self, config):
     self.config = config
@@ -177,6 +179,25 @@ class NerTask:
 
   def metric_counts(self, labels, logits):
     return token_metric_counts(labels, logits)
+
+  def teacher_outputs(self, predict):
+    """The teacher's per-token logits [N, T, C] over the training rows."""
+    return predict(self.train_data()[0])
+
+  def distill_losses(self, labels, teacher, logits, temperature, labelled):
+    """Per token, masked like the label loss (the positions with a tag):
+    the cross-entropy to the labels, and T^2 KL to the teacher's softened
+    distribution (its logits cut to the batch's length)."""
+    import keras  # pylint: disable=g-import-not-at-top
+    from keras import ops  # pylint: disable=g-import-not-at-top
+    tagged = ops.cast(ops.greater_equal(labels, 0), "float32")      # [B, T]
+    label = keras.losses.sparse_categorical_crossentropy(
+        ops.maximum(labels, 0), logits, from_logits=True)           # [B, T]
+    soft = distillation.soft_cross_entropy(
+        distillation.cut_like(teacher, logits), logits, temperature)
+    return {"label_loss": distillation.weighted_mean(
+                label, tagged * labelled[:, None]),
+            "distill_loss": distillation.weighted_mean(soft, tagged)}
 
   def train_data(self):
     _, inputs, _, _, window_labels = self.encoded["train"]

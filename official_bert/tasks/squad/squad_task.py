@@ -23,6 +23,7 @@ from typing import Optional
 from official_bert.tasks.squad import squad_data
 from official_bert.tasks.squad import squad_answers
 from official_bert.tasks.squad import squad_metrics
+from official_bert.training import distillation
 from official_bert.training import task as task_lib
 
 
@@ -108,6 +109,7 @@ class SquadTask:
   example_name = "questions"
   best_metric = "f1"
   metric_range = 100.0  # f1 and exact_match are percentages
+  num_distill_texts = 0  # run_squad takes no --distill_data
 
   def __init__(self, config):
     self.config = config
@@ -191,6 +193,29 @@ class SquadTask:
 
   def train_data(self):
     return squad_data.feature_arrays(self.train_features, True)
+
+  def teacher_outputs(self, predict):
+    """The teacher's start and end logits [N, T] over the training
+    windows (past a window's batch: -1e4, as in prediction)."""
+    return predict(self.train_data()[0], fill=-1e4)
+
+  def distill_losses(self, labels, teacher, outputs, temperature, labelled):
+    """The mean of the start and end losses: cross-entropy to the
+    positions (labelled rows), T^2 KL to the teacher's softened start and
+    end distributions."""
+    import keras  # pylint: disable=g-import-not-at-top
+    from keras import ops  # pylint: disable=g-import-not-at-top
+    label = distill = 0.0
+    for side in ("start", "end"):
+      logits = outputs[f"{side}_logits"]
+      label += distillation.weighted_mean(
+          keras.losses.sparse_categorical_crossentropy(
+              labels[f"{side}_positions"], logits, from_logits=True),
+          labelled) / 2.0
+      distill += ops.mean(distillation.soft_cross_entropy(
+          distillation.cut_like(teacher[f"{side}_logits"], logits), logits,
+          temperature)) / 2.0
+    return {"label_loss": label, "distill_loss": distill}
 
   def prepare_training(self, predict, model, resumed):
     del predict, model, resumed  # the answered questions are all it needs

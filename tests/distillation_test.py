@@ -1,0 +1,357 @@
+"""--teacher: task distillation in every fine-tuning program
+(training/distillation.py, the tasks' distill_losses, finetuning_flags.py).
+
+One tiny teacher per program (a few steps, module fixtures); each student
+starts from random weights with --distill_alpha=1 and --distill_temperature=1,
+so its loss is the distillation loss alone and must fall. The classifier's
+student also checks the cached outputs against the teacher's own logits row
+by row, --distill_data's count in the log, the teacher's dev metrics in
+eval_results.txt, --distill_alpha (alpha 1 ignores the labels: shuffled
+labels give the same weights), the cache's reuse and recomputation, and an
+exact resume."""
+
+import glob
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from tests import testing
+from tools import tiny_fixtures
+
+ML = "official_bert.run_classifier"
+
+
+def _config(root):
+  path = str(root / "bert_config.json")
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=64,
+                      num_hidden_layers=2).to_json_file(path)
+  return path
+
+
+def _distill_losses(stdout):
+  return [float(x) for x in re.findall(r"^step \d+/\d+ distill_loss (\S+)",
+                                       stdout, re.M)]
+
+
+def _falls(stdout):
+  losses = _distill_losses(stdout)
+  assert len(losses) >= 2, stdout
+  assert losses[-1] < 0.7 * losses[0], losses
+
+
+def _results(path):
+  with open(path) as f:
+    return {k: float(v) for k, v in (line.split(" = ") for line in f)}
+
+
+def _tensors(prefix):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  reader = tf.train.load_checkpoint(str(prefix))
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()
+          if name.startswith("model/")}
+
+
+# ------------------------------------------------------ run_classifier ----
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+  """A classification task, its teacher (12 steps at a high rate, a
+  checkpoint every 6: ckpt-6 and ckpt-12 kept), a --distill_data file."""
+  testing.require_shared_data()
+  root = tmp_path_factory.mktemp("distill")
+  task = root / "task"
+  rows = tiny_fixtures.write_classification_task(
+      str(task), per_class_train=24, per_class_dev=8)
+  config = _config(root)
+  distill_data = root / "unlabelled.tsv"
+  distill_data.write_text("sentence\n" + "".join(
+      f"{s}\n" for s, _ in rows["test"]))
+
+  def flags(out, *extra):
+    return [f"--task_data_dir={task}", f"--bert_config_file={config}",
+            f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+            "--label_column=part", "--max_seq_length=32",
+            "--train_batch_size=8", "--learning_rate=3e-3",
+            "--num_train_epochs=2", "--save_checkpoints_steps=6",
+            "--keep_checkpoint_max=2", "--do_train", "--do_eval", *extra]
+
+  teacher = root / "teacher"
+  testing.run_program(ML, flags(teacher, "--steps_per_loop=6"))
+  return dict(root=root, task=task, rows=rows, config=config,
+              teacher=teacher, distill_data=distill_data, flags=flags)
+
+
+def _student_flags(c, out, *extra):
+  return c["flags"](out, f"--teacher={c['teacher']}", "--distill_alpha=1",
+                    "--distill_temperature=1", "--steps_per_loop=3",
+                    "--seed=7", "--keep_checkpoint_max=3", *extra)
+
+
+def _teacher_logits(c, texts_file):
+  """The teacher's logits over train.tsv's rows, then texts_file's,
+  computed here: its model restored and called on the encoded rows."""
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.classification import classification_task as ct  # pylint: disable=g-import-not-at-top
+  from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
+  task = ct.ClassificationTask(ct.ClassificationConfig(
+      data_dir=str(c["task"]), output_dir=str(c["root"] / "none"),
+      label_column="part", do_train=True, distill_data=str(texts_file)))
+  task.read()
+  task.encode(tokenization.FullTokenizer(testing.VOCAB, True), 32)
+  model = task.build_model(configs.BertConfig.from_json_file(
+      c["config"]), "keras")
+  inputs = task.train_data()[0]
+  model(inputs, training=False)
+  checkpoints.restore_model(model, str(c["teacher"]))
+  return np.asarray(model(inputs, training=False))
+
+
+def test_classifier_student_fits_the_cached_teacher_and_resumes(
+    classifier, tmp_path):
+  c = classifier
+  out = tmp_path / "student"
+  proc = testing.run_program(ML, _student_flags(
+      c, out, f"--distill_data={c['distill_data']}"))
+  assert f"distill_data: 10 texts from {c['distill_data']}" in proc.stdout
+  assert "written to" in proc.stdout and "teacher outputs: 58 rows" in (
+      proc.stdout)
+  _falls(proc.stdout)
+  # The cache holds the teacher's own logits, row for row (48 labelled
+  # rows, then the 10 unlabelled texts).
+  with np.load(out / "teacher_outputs.npz") as cached:
+    np.testing.assert_allclose(cached["outputs"],
+                               _teacher_logits(c, c["distill_data"]),
+                               atol=1e-5)
+  # The teacher's dev metrics beside the student's.
+  teacher = _results(c["teacher"] / "eval_results.txt")
+  student = _results(out / "eval_results.txt")
+  assert student["teacher_eval_accuracy"] == pytest.approx(
+      teacher["eval_accuracy"])
+  assert student["teacher_eval_loss"] == pytest.approx(teacher["eval_loss"],
+                                                       abs=1e-5)
+
+  # Killed after ckpt-6: its output_dir as it was then, rerun: resumes,
+  # reuses the cache, and ends at the uninterrupted run's weights.
+  resumed = tmp_path / "resumed"
+  os.makedirs(resumed)
+  for name in ["flags.json", "bert_config.json", "label_list.json",
+               "teacher_outputs.npz", "teacher_outputs.json"] + [
+                   os.path.basename(p) for p in glob.glob(str(out / "ckpt-6.*"))]:
+    shutil.copy(out / name, resumed)
+  (resumed / "checkpoint").write_text('model_checkpoint_path: "ckpt-6"\n')
+  again = testing.run_program(ML, _student_flags(
+      c, resumed, f"--distill_data={c['distill_data']}"))
+  assert "Resumed from" in again.stdout and "ckpt-6" in again.stdout
+  assert "teacher outputs: reused" in again.stdout, again.stdout
+  final = "ckpt-14"  # 58 rows x 2 epochs / 8
+  ours, reference = _tensors(resumed / final), _tensors(out / final)
+  assert ours.keys() == reference.keys()
+  for name, value in reference.items():
+    np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+  # --distill_alpha=1: the labels do not matter (shuffled: the same
+  # weights); the labels' loss is still logged.
+  shuffled = tmp_path / "shuffled_task"
+  shutil.copytree(c["task"], shuffled)
+  lines = (shuffled / "train.tsv").read_text().splitlines()
+  labels = [line.rsplit("\t", 1)[1] for line in lines[1:]]
+  labels = labels[1:] + labels[:1]
+  (shuffled / "train.tsv").write_text(lines[0] + "\n" + "".join(
+      f"{line.rsplit(chr(9), 1)[0]}\t{label}\n"
+      for line, label in zip(lines[1:], labels)))
+  other = tmp_path / "other"
+  flags_ = _student_flags(c, other, f"--distill_data={c['distill_data']}")
+  flags_[0] = f"--task_data_dir={shuffled}"
+  testing.run_program(ML, flags_)
+  theirs = _tensors(other / final)
+  for name, value in reference.items():
+    np.testing.assert_array_equal(theirs[name], value, err_msg=name)
+
+
+  # Another teacher under the same checkpoint name (ckpt-12 holding
+  # ckpt-6's weights): computed again, with a line naming what changed
+  # (nothing trains: the run is done).
+  with np.load(out / "teacher_outputs.npz") as f:
+    first = f["outputs"]
+  teacher = tmp_path / "teacher"
+  shutil.copytree(c["teacher"], teacher)
+  for path in glob.glob(str(teacher / "ckpt-6.*")):
+    os.replace(path, path.replace("ckpt-6", "ckpt-12"))
+  flags_ = [f"--teacher={teacher}" if f.startswith("--teacher=") else f
+            for f in _student_flags(
+                c, out, f"--distill_data={c['distill_data']}")]
+  changed = testing.run_program(ML, flags_)
+  assert ("teacher_outputs.npz: the teacher's weights changed; computing "
+          "them again") in changed.stdout, changed.stdout
+  with np.load(out / "teacher_outputs.npz") as f:
+    assert not np.allclose(f["outputs"], first)
+
+
+# ------------------------------------------- the other programs' losses ----
+def _teacher_and_student(root, module, flags, teacher_extra=(),
+                         student_extra=()):
+  """A teacher run of `module` and a student of it from random weights
+  (alpha 1, T 1); the student's stdout."""
+  teacher, student = root / "teacher", root / "student"
+  testing.run_program(module, flags(teacher) + list(teacher_extra))
+  return testing.run_program(module, flags(student) + [
+      f"--teacher={teacher}", "--distill_alpha=1", "--distill_temperature=1",
+      "--seed=7"] + list(student_extra)).stdout
+
+
+def _one_layer_config(root):
+  path = str(root / "bert_config.json")
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=64,
+                      num_hidden_layers=1).to_json_file(path)
+  return path
+
+
+def test_multi_label_student_fits_per_label_probabilities(classifier,
+                                                           tmp_path):
+  c = classifier
+  config = _one_layer_config(tmp_path)
+
+  def flags(out):
+    return [f"--task_data_dir={c['task']}", f"--bert_config_file={config}",
+            f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+            "--label_column=part", "--task_type=multi_label",
+            "--max_seq_length=32", "--train_batch_size=8",
+            "--learning_rate=3e-3", "--do_train", "--nodo_eval",
+            "--steps_per_loop=4"]
+  stdout = _teacher_and_student(tmp_path, ML, flags, ["--num_train_epochs=1"],
+                                ["--num_train_epochs=1.5"])
+  _falls(stdout)
+
+
+def test_ner_student_fits_per_token_distributions(tmp_path):
+  from tools import pydocs_ner  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  task = tmp_path / "task"
+  pydocs_ner.write_task(str(task), testing.CORPUS, {"train": 40, "dev": 4,
+                                                     "test": 1})
+  config = _one_layer_config(tmp_path)
+
+  def flags(out):
+    return [f"--task_data_dir={task}", f"--bert_config_file={config}",
+            f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+            "--do_train", "--max_seq_length=16", "--train_batch_size=8",
+            "--learning_rate=3e-3", "--steps_per_loop=4"]
+  stdout = _teacher_and_student(tmp_path, "official_bert.run_ner", flags,
+                                ["--num_train_epochs=1"],
+                                ["--num_train_epochs=1"])
+  _falls(stdout)
+
+
+def test_squad_student_fits_start_and_end_distributions(tmp_path):
+  from tools import squad_task  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  squad_task.write_task(str(tmp_path / "task"), max_train=24, max_dev=4,
+                        train_docs=range(0, 300), dev_docs=range(300, 470))
+  config = _one_layer_config(tmp_path)
+
+  def flags(out):
+    return [f"--train_file={tmp_path / 'task' / 'train.json'}",
+            f"--bert_config_file={config}", f"--vocab_file={testing.VOCAB}",
+            f"--output_dir={out}", "--do_train", "--max_seq_length=64",
+            "--doc_stride=24", "--max_query_length=24",
+            "--train_batch_size=8", "--learning_rate=3e-3",
+            "--steps_per_loop=3"]
+  stdout = _teacher_and_student(tmp_path, "official_bert.run_squad", flags,
+                                ["--num_train_epochs=1"],
+                                ["--num_train_epochs=2"])
+  _falls(stdout)
+
+
+def test_embedding_student_fits_embeddings_and_counts_distill_data(tmp_path):
+  from tools import retrieval_task  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  task = tmp_path / "task"
+  rows = retrieval_task.write_task(str(task), 32, 4, 4)
+  texts = tmp_path / "texts.txt"
+  texts.write_text("".join(f"{a}\n" for a, *_ in rows["test"]) + "\n")
+  config = _one_layer_config(tmp_path)
+
+  def flags(out):
+    return [f"--task_data_dir={task}", f"--bert_config_file={config}",
+            f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
+            "--do_train", "--max_seq_length=24", "--train_batch_size=8",
+            "--learning_rate=1e-3", "--steps_per_loop=4"]
+  stdout = _teacher_and_student(
+      tmp_path, "official_bert.run_embedding", flags,
+      ["--num_train_epochs=1"],
+      ["--num_train_epochs=2", f"--distill_data={texts}"])
+  assert f"distill_data: 4 texts from {texts}" in stdout, stdout
+  assert "teacher outputs: 36 rows" in stdout
+  _falls(stdout)
+
+
+# ------------------------------------------------------------ bad input ----
+def _bad_teacher(c, tmp_path, what):
+  """A copy of the classifier's teacher with `what` changed."""
+  teacher = tmp_path / "teacher"
+  shutil.copytree(c["teacher"], teacher)
+  if what == "vocab":
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
+    flags_json = json.loads((teacher / "flags.json").read_text())
+    flags_json["vocab_file"] = str(vocab)
+    (teacher / "flags.json").write_text(json.dumps(flags_json))
+  elif what == "labels":
+    (teacher / "label_list.json").write_text('["c_api", "other"]\n')
+  elif what == "export":
+    shutil.rmtree(teacher)
+    os.makedirs(teacher / "1")
+    (teacher / "1" / "saved_model.pb").write_bytes(b"")
+  elif what == "neither":
+    shutil.rmtree(teacher)
+    os.makedirs(teacher)
+  return teacher
+
+
+@pytest.mark.parametrize("what, extra, expected", [
+    ("vocab", [], "was trained with the vocabulary"),
+    ("labels", [], "its label_list.json ([\"c_api\", \"other\"]) differs "
+                   "from this run's"),
+    ("export", [], "is an export, which cannot teach yet; pass a fine-tuned "
+                   "run's --output_dir"),
+    ("neither", [], "is neither a run nor a checkpoint folder; pass a "
+                    "fine-tuned run's --output_dir"),
+    ("", ["--init_checkpoint={teacher}", "--student_layers=0,2"],
+     "--student_layers=0,2 must be increasing layer indices from 0 to 1"),
+    ("", ["--distill_alpha=1.5"], "--distill_alpha must be in [0, 1], got 1.5"),
+    ("", ["--distill_temperature=0"],
+     "--distill_temperature must be positive, got 0.0"),
+    ("no_teacher", ["--distill_alpha=0.3"],
+     "--distill_alpha sets how a student fits its teacher: pass --teacher."),
+    ("no_teacher", ["--distill_data={teacher}/flags.json"],
+     "--distill_data sets how a student fits its teacher: pass --teacher."),
+])
+def test_bad_input_is_one_sentence(classifier, tmp_path, what, extra,
+                                   expected):
+  c = classifier
+  teacher = _bad_teacher(c, tmp_path, what) if what not in (
+      "", "no_teacher") else c["teacher"]
+  out = tmp_path / "out"
+  argv = c["flags"](out, *[e.format(teacher=teacher) for e in extra])
+  if what != "no_teacher":
+    argv.append(f"--teacher={teacher}")
+  last = testing.refused_input(ML, argv)
+  assert expected in last, last
+  assert not out.exists()
+
+
+def test_run_ner_refuses_distill_data(tmp_path, classifier):
+  c = classifier
+  (tmp_path / "train.txt").write_text("-DOCSTART- -X- -X- O\n\nA B-X\n")
+  last = testing.refused_input("official_bert.run_ner", [
+      f"--task_data_dir={tmp_path}", f"--bert_config_file={c['config']}",
+      f"--vocab_file={testing.VOCAB}", f"--output_dir={tmp_path / 'out'}",
+      "--do_train", f"--teacher={c['teacher']}",
+      f"--distill_data={c['distill_data']}"])
+  assert ("--distill_data adds unlabelled texts, which run_ner cannot take"
+          in last), last
