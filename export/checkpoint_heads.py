@@ -14,11 +14,14 @@ What `export_checkpoint` writes depends on the checkpoint's head (`task`):
                [2, H], cls/squad/output_bias, the original's run_squad.py)
   ner          model/classifier of run_ner (no original program; kept here
                under run_classifier's names, never written as TF1)
+  reranker     model/classifier of run_reranker, one output (a cross-
+               encoder's relevance logit; TF1: run_classifier's names)
 
 A fine-tuned checkpoint does not say which program wrote it (the three
 heads are all `model/classifier`), so the run's `flags.json` beside it does
-(`task_type` is run_classifier's, `doc_stride` without it run_squad's;
-a multi-label classifier is refused); `task=` says
+(`task_type` is run_classifier's, `doc_stride` without it run_squad's,
+`rerank_top_k` run_reranker's; a multi-label classifier is refused; a
+checkpoint in a run's best/ folder is read with the run's files); `task=` says
 it when the checkpoint was moved without its run files. Labels come from the
 run's `label_list.json`. Every array is laid out as the original stores it
 (`checkpoint_names.original_names`: the NSP and head matrices [C, H]).
@@ -39,14 +42,15 @@ from official_bert.training import checkpoint_names
 from official_bert.training import checkpoints
 
 TASKS = ("pretraining", "masked_lm", "encoder", "classifier", "regression",
-         "squad", "ner")
-FINE_TUNED = ("classifier", "regression", "squad", "ner")
+         "squad", "ner", "reranker")
+FINE_TUNED = ("classifier", "regression", "squad", "ner", "reranker")
 # The original's names of the fine-tuning heads (run_classifier.py's
 # create_model, run_squad.py's create_model); NER has no original program
 # and keeps run_classifier's pair.
 HEAD_NAMES = {"classifier": ("output_weights", "output_bias"),
               "regression": ("output_weights", "output_bias"),
               "ner": ("output_weights", "output_bias"),
+              "reranker": ("output_weights", "output_bias"),
               "squad": ("cls/squad/output_weights", "cls/squad/output_bias")}
 _CLASSIFIER = "model/classifier/"
 
@@ -145,6 +149,9 @@ def _read_ours(config, prefix, shapes, task):
     return ExportedModel(config, "encoder", _arrays_of(encoder), prefix)
   num_classes = shapes[kernel[0]][-1]
   run_dir = os.path.dirname(prefix)
+  if (os.path.basename(run_dir) == "best"
+      and not os.path.exists(os.path.join(run_dir, "flags.json"))):
+    run_dir = os.path.dirname(run_dir)  # the best checkpoint of that run
   task = task or _fine_tuning_task(run_dir, prefix)
   if task in ("classifier", "regression"):
     task = "regression" if num_classes == 1 else "classifier"
@@ -178,6 +185,8 @@ def _fine_tuning_task(run_dir, prefix):
                        f"({path}: task_type multi_label), which this "
                        "exporter does not write (its classifiers are single-"
                        "label); export it with run_classifier --export_dir")
+    if "rerank_top_k" in run_flags:
+      return "reranker"
     if "task_type" in run_flags:
       return "classifier"
     if "doc_stride" in run_flags:
@@ -186,7 +195,7 @@ def _fine_tuning_task(run_dir, prefix):
       return "ner"
   raise ValueError(f"checkpoint {prefix} is a fine-tuned model but {path} "
                    "does not say which program wrote it; pass --task="
-                   "classifier, regression, squad or ner")
+                   "classifier, regression, squad, ner or reranker")
 
 
 def _labels(run_dir, num_classes):

@@ -13,8 +13,11 @@ Formats (`--export_dir` must not exist; it appears only when complete):
                          run_classifier -> BertForSequenceClassification
                          (problem_type regression for one output), run_squad
                          -> BertForQuestionAnswering, run_ner ->
-                         BertForTokenClassification, labels from the run's
-                         label_list.json (export/checkpoint_heads.py).
+                         BertForTokenClassification, run_reranker ->
+                         BertForSequenceClassification with one label
+                         (sentence-transformers' CrossEncoder loads it),
+                         labels from the run's label_list.json
+                         (export/checkpoint_heads.py).
   sentence_transformers  the encoder as BertModel plus modules.json,
                          1_Pooling (mean over the mask, as the serving
                          export's sentence_embedding; or the pooling.json
@@ -149,7 +152,8 @@ def define_flags():
   flags.DEFINE_enum("format", None, list(FORMATS), "What to write.")
   flags.DEFINE_string("export_dir", None,
                       "The directory to write; must not exist yet.")
-  flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "ner"],
+  flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "ner",
+                                   "reranker"],
                     "The fine-tuning program of a fine-tuned checkpoint "
                     "moved without its run's flags.json (default: read "
                     "from flags.json beside the checkpoint).")

@@ -36,6 +36,7 @@ ARCHITECTURES = {
     "regression": "BertForSequenceClassification",
     "squad": "BertForQuestionAnswering",
     "ner": "BertForTokenClassification",
+    "reranker": "BertForSequenceClassification",
 }
 # Hugging Face builds these without a pooler (add_pooling_layer=False).
 _NO_POOLER = ("masked_lm", "squad", "ner")
@@ -47,7 +48,8 @@ HIDDEN_ACT = {"gelu": "gelu", "gelu_new": "gelu_new",
 # The fine-tuning heads' HF names (torch Linear weights are [out, in], as
 # the original's output_weights [C, H]: no transpose).
 _HEAD_HF_NAMES = {"classifier": "classifier", "regression": "classifier",
-                  "ner": "classifier", "squad": "qa_outputs"}
+                  "ner": "classifier", "squad": "qa_outputs",
+                  "reranker": "classifier"}
 SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]",
                   "pad_token": "[PAD]", "cls_token": "[CLS]",
                   "mask_token": "[MASK]"}
@@ -102,6 +104,13 @@ def config_json(model, encoder_only=False):
     values["id2label"] = {"0": "LABEL_0"}
     values["label2id"] = {"LABEL_0": 0}
     values["problem_type"] = "regression"
+  elif task == "reranker":
+    # One label, as sentence-transformers' CrossEncoder saves a reranker:
+    # its predict returns the sigmoid of the logit.
+    values["id2label"] = {"0": "LABEL_0"}
+    values["label2id"] = {"LABEL_0": 0}
+    values["sentence_transformers"] = {
+        "activation_fn": "torch.nn.modules.activation.Sigmoid"}
   return values
 
 

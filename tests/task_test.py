@@ -22,6 +22,7 @@ from official_bert.tasks.classification import multi_label_task
 from official_bert.tasks.embedding import embedding_task
 from official_bert.tasks.ner import ner_task
 from official_bert.tasks.pretraining import pretraining_task
+from official_bert.tasks.reranking import reranking_task
 from official_bert.tasks.squad import squad_task
 from official_bert.training import distillation
 from official_bert.training import driver
@@ -41,7 +42,7 @@ PRETRAINING = TASK | {"load", "train_input", "evaluate_records"}
 # Every program that builds a task: it may ask of it only the contract.
 PROGRAMS = ("official_bert/run_classifier.py", "official_bert/run_ner.py",
             "official_bert/run_squad.py", "official_bert/run_embedding.py",
-            "official_bert/run_pretraining.py")
+            "official_bert/run_reranker.py", "official_bert/run_pretraining.py")
 
 
 def _tasks():
@@ -61,6 +62,8 @@ def _tasks():
           data_dir="d", output_dir="o")), task_lib.FinetuningTask),
       (squad_task.SquadTask(squad_task.SquadConfig()),
        task_lib.FinetuningTask),
+      (reranking_task.RerankingTask(reranking_task.RerankingConfig(
+          data_dir="d", output_dir="o")), task_lib.FinetuningTask),
       (pretraining_task.PretrainingTask(pretraining_task.PretrainingConfig(
           input_file="in", bert_config_file="bert_config.json")),
        task_lib.PretrainingTask),
