@@ -104,6 +104,14 @@ def _program_cases(root):
            f"--bert_config_file={root}/bert_config.json"],
           "run_pretraining", f"--output_dir={root}/a_file is a file, not a "
           "directory"),
+      "run_pretraining packed rows with NSP": (
+          ["-m", "official_bert.run_pretraining", "--do_train",
+           f"--input_file={root}/text.txt", f"--output_dir={out}/packed",
+           f"--bert_config_file={root}/bert_config.json",
+           "--pack_sequences"],
+          "run_pretraining", "--pack_sequences puts several sequences in a "
+          "row, which has no one next-sentence label: pass "
+          "--next_sentence_prediction=false."),
       "run_pretraining bad flag value": (
           ["-m", "official_bert.run_pretraining", "--num_train_steps=many"],
           "run_pretraining", "flag --num_train_steps=many: invalid literal"),

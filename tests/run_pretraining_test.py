@@ -432,10 +432,13 @@ def test_without_next_sentence_prediction_trains_evaluates_and_exports(
   # depend on depth; the run and the four exports trace half the layers.
   config = tmp_path / "bert_config.json"
   testing.tiny_config(num_hidden_layers=1).to_json_file(str(config))
+  # Packed rows (--pack_sequences, masked-LM only) read the same records.
   proc = testing.run_cli(_flags(setup, out_dir, num_train_steps=4,
                                 next_sentence_prediction="false",
                                 bert_config_file=config) +
-                         ["--do_eval", "--max_eval_steps=2"])
+                         ["--do_eval", "--max_eval_steps=2",
+                          "--pack_sequences"])
+  assert "Packing the records into rows" in proc.stdout
   logged = [line for line in proc.stdout.splitlines()
             if line.startswith(("step ", "Trained steps", "Eval at step"))]
   assert len(logged) == 4 and "masked_lm_loss" in logged[-1], proc.stdout

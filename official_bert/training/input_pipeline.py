@@ -72,10 +72,50 @@ def _decode(record, spec):
   return inputs, labels
 
 
+def pack_rows(dataset, max_seq_length, row_predictions, window=1000,
+              max_sequences_per_row=None):
+  """A dataset of decoded examples `(inputs, labels)` -> packed rows, several
+  sequences each (data/row_packing.py: first-fit decreasing over `window`
+  examples at a time; `input_sequence_ids` numbers a row's sequences);
+  masked-LM only. For records already written one sequence per row."""
+  from official_bert.data import row_packing  # pylint: disable=g-import-not-at-top
+  input_keys = row_packing.INPUT_KEYS + ("masked_lm_positions",)
+  out_input_keys = input_keys + (row_packing.SEQUENCE_IDS,)
+  label_keys = row_packing.LABEL_KEYS + ("next_sentence_labels",)
+
+  def pack_numpy(*arrays):
+    inputs = dict(zip(input_keys, arrays[:len(input_keys)]))
+    labels = dict(zip(row_packing.LABEL_KEYS, arrays[len(input_keys):]))
+    rows, row_labels = row_packing.pack(
+        inputs, labels, max_seq_length, row_predictions,
+        max_sequences_per_row or row_packing.MAX_SEQUENCES_PER_ROW)
+    return ([rows[k] for k in out_input_keys]
+            + [row_labels[k] for k in label_keys])
+
+  def pack_window(inputs, labels):
+    arrays = tf.numpy_function(
+        pack_numpy, [inputs[k] for k in input_keys]
+        + [labels[k] for k in row_packing.LABEL_KEYS],
+        [tf.int32] * (len(out_input_keys) + 1) + [tf.float32, tf.int32],
+        stateful=False)
+    for key, array in zip(out_input_keys + label_keys, arrays):
+      if key == "next_sentence_labels":
+        array.set_shape([None])
+      else:
+        array.set_shape([None, max_seq_length if key in (
+            row_packing.INPUT_KEYS + (row_packing.SEQUENCE_IDS,))
+                         else row_predictions])
+    rows = dict(zip(out_input_keys, arrays[:len(out_input_keys)]))
+    row_labels = dict(zip(label_keys, arrays[len(out_input_keys):]))
+    return tf.data.Dataset.from_tensor_slices((rows, row_labels))
+
+  return dataset.batch(window).flat_map(pack_window)
+
+
 def pretraining_dataset(files, batch_size, max_seq_length,
                         max_predictions_per_seq, is_training,
                         input_context=None, seed=None, shuffle_buffer=1000,
-                        masking=None):
+                        masking=None, row_predictions=None):
   """The dataset of one input pipeline (see the module docstring).
 
   Args:
@@ -92,6 +132,9 @@ def pretraining_dataset(files, batch_size, max_seq_length,
       (keyed by its seed, the record and the epoch); None reads the records'
       masks. Evaluation always reads the records' masks. The record order
       is the same either way.
+    row_predictions: None reads one record per row; a number packs the
+      records into rows of several sequences with that many masked slots
+      (`pack_rows`; masked-LM only).
   """
   spec = features.feature_spec(max_seq_length, max_predictions_per_seq)
   compression = features.compression_of(files[0])
@@ -146,6 +189,8 @@ def pretraining_dataset(files, batch_size, max_seq_length,
     decode = lambda r: _decode(r, spec)  # pylint: disable=unnecessary-lambda-assignment
   dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE,
                         deterministic=True)
+  if row_predictions:
+    dataset = pack_rows(dataset, max_seq_length, row_predictions)
   # Fixed shapes (the TPU needs them, XLA prefers them): drop the remainder
   # in training; evaluation keeps every record.
   dataset = dataset.batch(batch_size, drop_remainder=is_training)
@@ -154,7 +199,7 @@ def pretraining_dataset(files, batch_size, max_seq_length,
 
 def pretraining_dataset_fn(files, global_batch_size, max_seq_length,
                            max_predictions_per_seq, is_training, seed=None,
-                           masking=None):
+                           masking=None, row_predictions=None):
   """A `dataset_fn(input_context)` for `distribute_datasets_from_function`."""
 
   def dataset_fn(input_context=None):
@@ -163,6 +208,7 @@ def pretraining_dataset_fn(files, global_batch_size, max_seq_length,
       batch = input_context.get_per_replica_batch_size(global_batch_size)
     return pretraining_dataset(
         files, batch, max_seq_length, max_predictions_per_seq, is_training,
-        input_context=input_context, seed=seed, masking=masking)
+        input_context=input_context, seed=seed, masking=masking,
+        row_predictions=row_predictions)
 
   return dataset_fn

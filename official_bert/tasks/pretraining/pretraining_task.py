@@ -37,6 +37,9 @@ class PretrainingConfig:
     the most masks drawn per sequence (masking="dynamic", with
     masked_lm_prob, do_whole_word_mask and vocab_file's ids).
   next_sentence_prediction: False builds no NSP head (RoBERTa).
+  pack_sequences: read the records into rows of several sequences
+    (training/input_pipeline.py `pack_rows`; masked-LM only, so
+    next_sentence_prediction must be False).
   freeze_old_embeddings_steps: with an extend_checkpoint init_checkpoint,
     steps during which only the new words' rows learn.
   eval_batch_size, max_eval_steps: the evaluation on input_file.
@@ -52,6 +55,7 @@ class PretrainingConfig:
   do_whole_word_mask: bool = False
   vocab_file: Optional[str] = None
   next_sentence_prediction: bool = True
+  pack_sequences: bool = False
   freeze_old_embeddings_steps: int = 0
   eval_batch_size: int = 8
   max_eval_steps: int = 100
@@ -216,6 +220,11 @@ class PretrainingTask:
 
   def log_start(self, run_description):
     print(f"{len(self.files)} input files, {run_description}", flush=True)
+    if self.config.pack_sequences:
+      print(f"Packing the records into rows of up to "
+            f"{self.config.max_seq_length} positions and "
+            f"{self._row_predictions()} masked slots (masked-LM only)",
+            flush=True)
 
   # ------------------------------------------------- model and losses ----
   def build_model(self, bert_config, kernels):
@@ -243,7 +252,15 @@ class PretrainingTask:
     return input_pipeline.pretraining_dataset_fn(
         self.files, batch_size, self.config.max_seq_length,
         self.record_predictions, is_training=True, seed=seed,
-        masking=self.masking)
+        masking=self.masking, row_predictions=self._row_predictions())
+
+  def _row_predictions(self):
+    """The masked slots of a packed row (None: one record per row)."""
+    from official_bert.data import row_packing  # pylint: disable=g-import-not-at-top
+    if not self.config.pack_sequences:
+      return None
+    return row_packing.default_row_predictions(
+        self.record_predictions, row_packing.MAX_SEQUENCES_PER_ROW)
 
   def evaluate_records(self, evaluate, step):
     """The original's evaluation over input_file's records (their own
@@ -253,7 +270,8 @@ class PretrainingTask:
     config = self.config
     eval_fn = input_pipeline.pretraining_dataset_fn(
         self.files, config.eval_batch_size, config.max_seq_length,
-        self.record_predictions, is_training=False)
+        self.record_predictions, is_training=False,
+        row_predictions=self._row_predictions())
     sums = evaluate(eval_fn, eval_sums, config.max_eval_steps)
     return eval_results(sums, step), sums["eval_steps"]
 
