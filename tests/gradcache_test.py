@@ -3,7 +3,9 @@ InBatchLoss): GradCache's chunked gradient equals the whole batch's, with
 dropout on and the same masks; --mini_batch_size trains through the
 program; a mini-batch that does not divide the batch is one sentence."""
 
+import json
 import re
+import textwrap
 
 import numpy as np
 import pytest
@@ -116,15 +118,16 @@ def _program_flags(task, out, config, *extra):
 
 
 def test_mini_batch_size_trains_as_the_whole_batch(tmp_path):
-  """run_embedding --train_batch_size=8 --mini_batch_size=4 (dropout off, 2
-  steps) logs the plain run's losses and ends with its weights. Bugs
+  """run_embedding --train_batch_size=8 --mini_batch_size=4 (dropout off,
+  one step) logs the plain run's loss and ends with its weights. Bugs
   caught: the flag not reaching the train step (the task's in_batch_loss,
-  the driver), the chunked path wrong in the compiled loop."""
+  the driver: the run would be the plain one, and the log line's "GradCache"
+  missing), the chunked path wrong in the compiled loop."""
   testing.require_shared_data()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tests.embedding_test import _write_pairs  # pylint: disable=g-import-not-at-top
   task, config = tmp_path / "task", str(tmp_path / "bert_config.json")
-  _write_pairs(task, n_train=16, n_dev=4)
+  _write_pairs(task, n_train=8, n_dev=4)
   testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
                       num_hidden_layers=1, hidden_dropout_prob=0.0,
                       attention_probs_dropout_prob=0.0).to_json_file(config)
@@ -132,12 +135,13 @@ def test_mini_batch_size_trains_as_the_whole_batch(tmp_path):
   for name, extra in (("plain", []), ("mini", ["--mini_batch_size=4"])):
     proc = testing.run_program("official_bert.run_embedding", _program_flags(
         task, tmp_path / name, config, *extra))
-    losses[name] = [float(x) for x in re.findall(r"step \d+/2 loss (\S+)",
+    losses[name] = [float(x) for x in re.findall(r"step 1/1 loss (\S+)",
                                                  proc.stdout)]
-    reader = tf.train.load_checkpoint(str(tmp_path / name / "ckpt-2"))
+    assert ("pairs at a time (GradCache)" in proc.stdout) == bool(extra)
+    reader = tf.train.load_checkpoint(str(tmp_path / name / "ckpt-1"))
     weights[name] = {k: reader.get_tensor(k) for k in
                      reader.get_variable_to_shape_map() if "/encoder/" in k}
-  assert len(losses["plain"]) == 2, losses
+  assert len(losses["plain"]) == 1, losses
   np.testing.assert_allclose(losses["mini"], losses["plain"], rtol=1e-4)
   assert weights["mini"].keys() == weights["plain"].keys()
   for key, value in weights["plain"].items():
@@ -157,3 +161,90 @@ def test_a_mini_batch_that_does_not_divide_the_batch_is_one_sentence(
                        "--train_batch_size=8; pass a divisor of the batch (or "
                        "0 for none)."), last
   assert not (tmp_path / "out").exists()
+
+
+# Runs in a subprocess: the CPU is split into 2 logical devices before
+# TensorFlow starts. One step of the Trainer on the same global batch of 8
+# pairs (anchor, positive, negative; dropout off, no clipping), its
+# gradient read from Adam's first moment ((1 - beta_1) g after one step) as
+# trainer_test's replicas test does, on MirroredStrategy's 2 replicas (4
+# pairs each) with --mini_batch_size 2 (GradCache, whose loss reads the
+# gathered candidates as the plain step's does: one test for both, a
+# Trainer run costs ~5 s); one replica's loss and gradient by hand (a tape
+# over the 8).
+_REPLICAS_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from official_bert.training import distribution
+    distribution.split_cpu(2)
+    import keras, tensorflow as tf
+    from official_bert.modeling import sentence_embedder
+    from official_bert.tasks.embedding import embedding_task
+    from official_bert.training import optimization, trainer
+    from official_bert.training import task as task_lib
+    from tests import gradcache_test, testing
+
+    out = sys.argv[1]
+    config = testing.tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0,
+                                 attention_probs_dropout_prob=0.0)
+    data = gradcache_test._inputs(8, seed=1)
+
+    def train(strategy, name, mini=0):
+      def dataset_fn(context):
+        return tf.data.Dataset.from_tensor_slices(data).batch(
+            context.get_per_replica_batch_size(8), drop_remainder=True).repeat()
+      keras.utils.set_random_seed(1)
+      with strategy.scope():
+        model = sentence_embedder.BertSentenceEmbedder.from_bert_config(
+            config)
+        optimizer = optimization.create_optimizer("adamw", 1e-2, 10)
+      t = trainer.Trainer(
+          strategy, model, optimizer, embedding_task.ranking_losses,
+          trainer.TrainConfig(
+              output_dir=f"{out}/{name}", num_train_steps=1, steps_per_loop=1,
+              max_grad_norm=0.0, in_batch_loss=task_lib.InBatchLoss(
+                  ("anchor",), mini)),
+          metric_fn=embedding_task.ranking_metric_counts, log=lambda _: None)
+      result = t.train(dataset_fn)
+      assert not result.preempted and result.step == 1, name
+      inner = getattr(optimizer, "inner_optimizer", optimizer)
+      return ([m.numpy() / 0.1 for m in inner._momentums], result.metrics)
+
+    def by_hand():
+      # One replica: the loss over the 8 pairs, its gradient through a tape.
+      keras.utils.set_random_seed(1)
+      model = sentence_embedder.BertSentenceEmbedder.from_bert_config(config)
+      with tf.GradientTape() as tape:
+        loss = embedding_task.ranking_losses(
+            None, model(data[0], training=True))["loss"]
+      # The pooler, which no embedding reads, gets no update: moments 0.
+      return ([np.zeros(v.shape) if g is None else tf.convert_to_tensor(
+          g).numpy() for g, v in zip(tape.gradient(
+              loss, model.trainable_variables), model.trainable_variables)],
+              float(loss))
+
+    mirrored = lambda: distribution.get_strategy("mirrored", num_gpus=0)
+    one, one_loss = by_hand()
+    two, two_metrics = train(mirrored(), "two", mini=2)
+    print(json.dumps({
+        "replicas": mirrored().num_replicas_in_sync,
+        "loss": [one_loss, two_metrics["loss"]],
+        "two_vs_one": gradcache_test._relative(one, two)}))
+""")
+
+
+def test_two_replicas_share_their_negatives(tmp_path):
+  """Two logical CPU devices (MirroredStrategy, 4 pairs each) give the one
+  replica's loss and gradient over the batch of 8 (within 1e-5): each
+  replica's anchors score against both replicas' positives and negatives
+  (all-gathered, its own rows first), and the gathered rows' gradients go
+  back to the replica whose rows they are (here in 2-pair chunks, the
+  gradient cached). Bugs caught: replicas not gathering (each anchor
+  against 8 candidates, not 16), the gathered rows in replica order
+  (replica 1's anchors' targets off by 4)."""
+  proc = testing.run_cli(["-c", _REPLICAS_SCRIPT, str(tmp_path)],
+                         timeout=600)
+  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert report["replicas"] == 2
+  assert report["loss"][1] == pytest.approx(report["loss"][0], rel=1e-5)
+  assert report["two_vs_one"] < 1e-5, report
