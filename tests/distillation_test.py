@@ -172,7 +172,6 @@ def test_classifier_student_fits_the_cached_teacher_and_resumes(
   for name, value in reference.items():
     np.testing.assert_array_equal(theirs[name], value, err_msg=name)
 
-
   # Another teacher under the same checkpoint name (ckpt-12 holding
   # ckpt-6's weights): computed again, with a line naming what changed
   # (nothing trains: the run is done).
@@ -267,27 +266,57 @@ def test_squad_student_fits_start_and_end_distributions(tmp_path):
   _falls(stdout)
 
 
-def test_embedding_student_fits_embeddings_and_counts_distill_data(tmp_path):
+def _release_folder(directory, config_file):
+  """A converted model's folder (what --init_checkpoint takes): a 2-layer
+  encoder of random weights, bert_config.json and vocab.txt."""
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
+  from official_bert.training import release_folder  # pylint: disable=g-import-not-at-top
+  config = configs.BertConfig.from_json_file(config_file)
+  encoder = encoder_lib.BertEncoder.from_bert_config(config)
+  encoder(testing.random_inputs(batch=1, seq=8, vocab=99))
+  release_folder.write(str(directory), encoder, config, vocab=testing.VOCAB)
+  return directory
+
+
+def test_embedding_student_fits_a_folders_embeddings_and_counts_texts(
+    tmp_path):
+  """run_embedding's teacher may be a converted model's folder (the encoder
+  and the run's pooling): here 2 layers of random weights."""
   from tools import retrieval_task  # pylint: disable=g-import-not-at-top
   testing.require_shared_data()
   task = tmp_path / "task"
   rows = retrieval_task.write_task(str(task), 32, 4, 4)
   texts = tmp_path / "texts.txt"
   texts.write_text("".join(f"{a}\n" for a, *_ in rows["test"]) + "\n")
+  teacher = _release_folder(tmp_path / "teacher", _config(tmp_path))
   config = _one_layer_config(tmp_path)
 
   def flags(out):
     return [f"--task_data_dir={task}", f"--bert_config_file={config}",
             f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
             "--do_train", "--max_seq_length=24", "--train_batch_size=8",
-            "--learning_rate=1e-3", "--steps_per_loop=4"]
-  stdout = _teacher_and_student(
-      tmp_path, "official_bert.run_embedding", flags,
-      ["--num_train_epochs=1"],
-      ["--num_train_epochs=2", f"--distill_data={texts}"])
+            "--learning_rate=1e-3", "--steps_per_loop=4",
+            f"--teacher={teacher}", "--distill_alpha=1", "--seed=7"]
+  stdout = testing.run_program("official_bert.run_embedding", flags(
+      tmp_path / "student") + ["--num_train_epochs=2",
+                               f"--distill_data={texts}"]).stdout
   assert f"distill_data: 4 texts from {texts}" in stdout, stdout
   assert "teacher outputs: 36 rows" in stdout
   _falls(stdout)
+  # With --mine_hard_negatives the teacher embeds the mined rows' texts,
+  # their negatives too.
+  mined = tmp_path / "mined"
+  proc = testing.run_program("official_bert.run_embedding", flags(mined) + [
+      "--mine_hard_negatives=1", "--num_train_epochs=0.25",
+      "--train_batch_size=4"])
+  with open(mined / "hard_negatives.tsv", encoding="utf-8") as f:
+    rows = [line.rstrip("\n").split("\t") for line in f][1:]
+  assert f"teacher outputs: {len(rows)} rows" in proc.stdout, proc.stdout
+  with np.load(mined / "teacher_outputs.npz") as cached:
+    assert sorted(cached.files) == ["outputs/anchor", "outputs/negative_1",
+                                    "outputs/positive"]
+    assert cached["outputs/negative_1"].shape[0] == len(rows)
 
 
 # ------------------------------------------------------------ bad input ----
