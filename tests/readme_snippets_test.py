@@ -196,6 +196,10 @@ BLOCKS = {
     },
     "docs/distillation.md": {
         "python -m official_bert.run_classifier \\": "student",
+        "python -m official_bert.run_classifier --teacher=/tmp/sst2 \\":
+            "distilled student",
+        "python -m official_bert.run_embedding --teacher=minilm "
+        "--distill_data=/tmp/texts.txt \\": "distilled embedding student",
         "from export import client_tokenizer, litert_int8": "int8 client",
     },
 }
@@ -424,6 +428,16 @@ FLAGS_CHECKED_BLOCKS = {
         "--student_layers from a teacher checkpoint, bert_config.json and "
         "the student's weights (the export with --quantize=int8: "
         "tests/run_classifier_test.py)"),
+    "distilled student": (
+        "tests/distillation_test.py::"
+        "test_classifier_student_fits_the_cached_teacher_and_resumes: "
+        "run_classifier --teacher with --distill_alpha and "
+        "--distill_temperature, the cache, eval_results.txt's teacher keys"),
+    "distilled embedding student": (
+        "tests/distillation_test.py::"
+        "test_embedding_student_fits_a_folders_embeddings_and_counts_texts: "
+        "run_embedding --teacher=<a converted model's folder> "
+        "--distill_data"),
 }
 
 
@@ -1772,6 +1786,16 @@ def test_extend_checkpoint_output_block_is_what_the_program_prints(tmp_path):
 def test_student_block_flags(world):
   (command,) = _check_flags("student", world)
   assert "--student_layers=" in command and "--init_checkpoint=" in command
+
+
+def test_distilled_student_block_flags(world):
+  (command,) = _check_flags("distilled student", world)
+  assert "--teacher=" in command and "--student_layers=" in command
+
+
+def test_distilled_embedding_student_block_flags(world):
+  (command,) = _check_flags("distilled embedding student", world)
+  assert "--teacher=" in command and "--distill_data=" in command
 
 
 @pytest.mark.slow
