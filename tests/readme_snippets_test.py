@@ -139,6 +139,9 @@ BLOCKS = {
     "docs/search.md": {
         "python -m tools.retrieval_task --out_dir=/tmp/hard_pairs --train=2000 "
         "--dev=500 --next_sentence": "hard negatives",
+        "python -m export.export_saved_model --bert_config_file=minilm/"
+        "bert_config.json \\": "reranker",
+        "import numpy as np": "retrieve then rerank (run by reranker_test)",
     },
     "docs/ner.md": {
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
@@ -401,6 +404,14 @@ FLAGS_CHECKED_BLOCKS = {
         "run_embedding on tools.retrieval_task's pairs and "
         "sentence-transformers on its export (the benchmark trains a "
         "6-layer BERT twice a round: minutes)"),
+    "reranker": (
+        "tests/reranker_test.py::"
+        "test_rerank_signature_gives_the_runs_scores_and_metrics: "
+        "run_reranker with --retriever (an export with sentence_embedding), "
+        "train, eval and the export; tests/reranker_test.py::"
+        "test_cross_encoder_on_the_hugging_face_export_gives_the_same_scores:"
+        " export_checkpoint --format=huggingface of the run's best/ "
+        "(this block trains all-MiniLM-L6-v2 on 2,000 queries: minutes)"),
     "hard negatives": (
         "tests/hard_negatives_test.py::"
         "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
@@ -1184,6 +1195,27 @@ def test_search_block_flags(world):
   assert "--next_sentence" in make
   assert f"--task_data_dir={out_dir} " in run
   assert "--mine_hard_negatives=3" in run
+
+
+def test_reranker_block_flags(world):
+  export, run, hf = _check_flags("reranker", world)
+  # The reranker reads the hard task and the retriever the first command
+  # exported; export_checkpoint reads its best checkpoint.
+  retriever = re.search(r"--export_dir=(\S+)", export).group(1)
+  output_dir = re.search(r"--output_dir=(\S+)", run).group(1)
+  assert f"--retriever={retriever} " in run and "--export_dir=" in run
+  assert re.search(r"--task_data_dir=\S*/hard_pairs ", run), run
+  assert f"--init_checkpoint={output_dir}/best " in hf
+
+
+def test_python_blocks_run_elsewhere_are_run_there():
+  # docs/search.md's retrieve-then-rerank block needs a retriever export
+  # and a reranker export: tests/reranker_test.py runs its lines, read
+  # from the page, on its tiny run's exports.
+  from tests import reranker_test  # pylint: disable=g-import-not-at-top
+  block = _block("retrieve then rerank (run by reranker_test)")
+  assert block == reranker_test.retrieve_then_rerank_block()
+  assert callable(reranker_test.test_retrieve_then_rerank_block_runs)
 
 
 def test_ner_block_flags(world):

@@ -356,3 +356,41 @@ def test_bad_input_is_one_sentence(trained, tmp_path, case):
       *extra))
   assert re.search(match, last), last
   assert not os.path.exists(tmp_path / "out")
+
+
+SNIPPET_FIRST_LINES = "import numpy as np\nimport tensorflow as tf\n"
+
+
+def retrieve_then_rerank_block():
+  """docs/search.md's retrieve-then-rerank ```python block, as written."""
+  with open(os.path.join(testing.ROOT, "docs", "search.md"),
+            encoding="utf-8") as f:
+    blocks = re.findall(r"^```python\n(.*?)^```", f.read(), flags=re.S | re.M)
+  found = [b for b in blocks if b.startswith(SNIPPET_FIRST_LINES)
+           and 'signatures["rerank"]' in b]
+  assert len(found) == 1, found
+  return found[0]
+
+
+def test_retrieve_then_rerank_block_runs(trained, capsys):
+  """The block runs as written, its two export paths the tiny run's: the
+  retriever's top 3 of the corpus, reordered by the reranker's scores
+  (checked against serving_default's scores of the same pairs). Bug
+  caught: a block that no longer runs (a renamed signature or output)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  block = retrieve_then_rerank_block()
+  for path, real in (("/tmp/minilm_serving/1", trained["retriever"]),
+                     ("/tmp/rerank_serving/1",
+                      str(trained["serving"] / "1"))):
+    assert block.count(f'"{path}"') == 1, path
+    block = block.replace(f'"{path}"', repr(real))
+  namespace = {}
+  exec(compile(block, "docs/search.md", "exec"), namespace)  # pylint: disable=exec-used
+  corpus, query, top = (namespace[k] for k in ("corpus", "query", "top"))
+  pairs = tf.saved_model.load(str(trained["serving"] / "1")).signatures[
+      "serving_default"]
+  scores = pairs(text=tf.constant([query] * len(top)), text_b=tf.constant(
+      [corpus[i] for i in top]))["scores"].numpy()
+  expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
+  assert namespace["reranked"] == expected
+  assert capsys.readouterr().out.strip() == str(expected)

@@ -299,8 +299,9 @@ class RerankingTask:
                        "negatives to make a listwise group of; use --loss=bce"
                        " or add negatives")
     dropped = len(split.rows) - len(groups)
-    split.said += (f"; listwise groups of {k + 1} passages, {dropped} rows "
-                   f"with fewer than {k} negatives left out")
+    split.said += ("; " if split.said else "") + (
+        f"listwise groups of {k + 1} passages, {dropped} rows with fewer "
+        f"than {k} negatives left out")
     flat = encode_pairs([(w, q, p) for w, q, texts in groups
                          for p in texts])                      # [Q * G, T]
     split.inputs = {name: a.reshape(len(groups), k + 1, -1)
