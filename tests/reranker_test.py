@@ -19,8 +19,17 @@ import pytest
 from official_bert.tasks.reranking import candidates
 from official_bert.tasks.reranking import reranking_task
 from tests import testing
-# The tiny config (BERT's vocabulary, 32 positions), eval_results.txt read.
-from tests.multi_label_test import _config, _results  # pylint: disable=g-bad-import-order
+# eval_results.txt read.
+from tests.multi_label_test import _results  # pylint: disable=g-bad-import-order
+
+
+def _config(directory):
+  """The tiny config with BERT's vocabulary, 32 positions and 1 layer
+  (what the tests check does not depend on depth)."""
+  path = str(directory / "bert_config.json")
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
+                      num_hidden_layers=1).to_json_file(path)
+  return path
 
 
 def test_losses_are_torchs():
@@ -131,9 +140,9 @@ def dataclasses_replace(config, **changes):
   return dataclasses.replace(config, **changes)
 
 
-def _export_retriever(directory, config, outputs=None):
-  """A random tiny encoder's text export (sentence_embedding out, or
-  `outputs`'), as run_embedding's."""
+def _export_retriever(directory, config):
+  """A random tiny encoder's text export (sentence_embedding out), as
+  run_embedding's."""
   from export import serving  # pylint: disable=g-import-not-at-top
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
@@ -147,7 +156,7 @@ def _export_retriever(directory, config, outputs=None):
                   rng.normal(0, 0.05, weight.shape))
   return serving.export_saved_model(
       str(directory), encoder, testing.VOCAB, seq_length=24,
-      outputs=outputs or serving.encoder_outputs, warmup_texts=())
+      warmup_texts=())
 
 
 def _flags(task, out, config, *extra):
@@ -198,11 +207,24 @@ def trained(tmp_path_factory):
               stdout=proc.stdout, argv=argv)
 
 
+@pytest.fixture(scope="module")
+def served(trained):
+  """The reranker's and the retriever's signatures, loaded once."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  reranker = tf.saved_model.load(str(trained["serving"] / "1"))
+  retriever = tf.saved_model.load(trained["retriever"])
+  return dict(rerank=reranker.signatures["rerank"],
+              pairs=reranker.signatures["serving_default"],
+              embed=retriever.signatures["serving_default"],
+              keep=(reranker, retriever))
+
+
 def _scores(path):
   return np.array([float(line) for line in open(path)])
 
 
-def test_rerank_signature_gives_the_runs_scores_and_metrics(trained):
+def test_rerank_signature_gives_the_runs_scores_and_metrics(trained, served):
   """The `rerank` signature (one query, its passages) and serving_default
   (pairs) give test_results.tsv's scores (the run's predict, sigmoid of
   the logit) within 1e-5, and the dev metrics recomputed from the
@@ -210,9 +232,7 @@ def test_rerank_signature_gives_the_runs_scores_and_metrics(trained):
   Bugs caught: no sigmoid on `scores`, query and passage swapped in
   `rerank`, the retriever's order reported as the reranked one."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  served = tf.saved_model.load(str(trained["serving"] / "1")).signatures
-  rerank, pairs = served["rerank"], served["serving_default"]
+  rerank, pairs = served["rerank"], served["pairs"]
   expected = _scores(trained["out"] / "test_results.tsv")
   test = trained["test"]
   got = np.concatenate([rerank(query=tf.constant(q if i % 2 else [q]),
@@ -225,8 +245,7 @@ def test_rerank_signature_gives_the_runs_scores_and_metrics(trained):
   np.testing.assert_allclose(tf.sigmoid(by_pairs["logits"]).numpy(),
                              expected, atol=1e-5)
   # Dev: the retriever's top 8 of the dev passages, reranked by `rerank`.
-  embed = tf.saved_model.load(trained["retriever"]).signatures[
-      "serving_default"]
+  embed = served["embed"]
   dev = trained["rows"]["dev"]
   queries = [q for q, _ in dev]
   passages = [p for _, p in dev]
@@ -334,16 +353,11 @@ def test_bad_input_is_one_sentence(trained, tmp_path, case):
     extra.append(f"--vocab_file={_bad_vocab(tmp_path)}")
     match = (r"assets/bert_uncased_vocab.txt:2001: the retriever's "
              r"vocabulary has '.*' where --vocab_file .* has 'zzzzq'")
-  elif case == "no_sentence_embedding":
-    from export import serving  # pylint: disable=g-import-not-at-top
-    pooled = _export_retriever(
-        tmp_path / "pooled", trained["config"],
-        lambda outputs: {"pooled_output": outputs["pooled_output"]})
-    extra = [f"--retriever={pooled}"]
-    del serving
-    match = (r"pooled/1/saved_model.pb: its serving_default takes \['text'\] "
-             r"and returns \['pooled_output'\], not text in and "
-             "sentence_embedding out")
+  elif case == "no_sentence_embedding":  # the reranker's own export
+    extra = [f"--retriever={trained['serving']}"]
+    match = (r"serving/1/saved_model.pb: its serving_default takes "
+             r"\['text', 'text_b'\] and returns \['logits', 'scores'\], not "
+             "text in and sentence_embedding out")
   else:
     extra = []
     match = (r"train.tsv has no negatives .* and no --retriever mines them; "
@@ -372,12 +386,19 @@ def retrieve_then_rerank_block():
   return found[0]
 
 
-def test_retrieve_then_rerank_block_runs(trained, capsys):
+def test_retrieve_then_rerank_block_runs(trained, served, capsys,
+                                        monkeypatch):
   """The block runs as written, its two export paths the tiny run's: the
   retriever's top 3 of the corpus, reordered by the reranker's scores
-  (checked against serving_default's scores of the same pairs). Bug
-  caught: a block that no longer runs (a renamed signature or output)."""
+  (checked against serving_default's scores of the same pairs). Its
+  tf.saved_model.load answers with the exports `served` loaded (the same
+  objects; ~2 s each saved). Bug caught: a block that no longer runs (a
+  renamed signature or output)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  reranker, retriever = served["keep"]
+  loaded = {str(trained["serving"] / "1"): reranker,
+            trained["retriever"]: retriever}
+  monkeypatch.setattr(tf.saved_model, "load", loaded.__getitem__)
   block = retrieve_then_rerank_block()
   for path, real in (("/tmp/minilm_serving/1", trained["retriever"]),
                      ("/tmp/rerank_serving/1",
@@ -387,9 +408,7 @@ def test_retrieve_then_rerank_block_runs(trained, capsys):
   namespace = {}
   exec(compile(block, "docs/search.md", "exec"), namespace)  # pylint: disable=exec-used
   corpus, query, top = (namespace[k] for k in ("corpus", "query", "top"))
-  pairs = tf.saved_model.load(str(trained["serving"] / "1")).signatures[
-      "serving_default"]
-  scores = pairs(text=tf.constant([query] * len(top)), text_b=tf.constant(
+  scores = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
       [corpus[i] for i in top]))["scores"].numpy()
   expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
   assert namespace["reranked"] == expected
