@@ -17,11 +17,12 @@ from tests.embedding_test import _config, _write_table  # pylint: disable=g-bad-
 BATCH = 8
 
 
-def _task(directory, rows):
+def _task(directory, rows, **config):
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   _write_table(directory, ["anchor", "positive", "negative"], rows)
   task = embedding_task.EmbeddingTask(embedding_task.EmbeddingConfig(
-      str(directory), "", splits=("train",)))
+      str(directory), config.pop("output_dir", ""), splits=("train",),
+      **config))
   task.read()
   task.encode(tokenization.FullTokenizer(testing.VOCAB, True), 16)
   return task
@@ -37,12 +38,10 @@ def _repeats(task, rows):
   return repeated
 
 
-@pytest.fixture(scope="module")
-def duplicated(tmp_path_factory):
+def duplicated_rows():
   """40 rows whose positives and negatives come from 30 passages (a text is
   one row's positive and another's negative, rows share a positive), and
   one anchor asked twice."""
-  testing.require_shared_data()
   rng = np.random.default_rng(0)
   words = ["file", "path", "socket", "thread", "queue", "lock", "string",
            "bytes", "list", "dict"]
@@ -52,7 +51,15 @@ def duplicated(tmp_path_factory):
     positive, negative = rng.choice(len(passages), 2, replace=False)
     rows.append([f"which {words[i % 10]} is number {i // 10 + (i == 39)}",
                  passages[positive], passages[negative]])
-  return _task(tmp_path_factory.mktemp("no_duplicates") / "task", rows)
+  return rows
+
+
+@pytest.fixture(scope="module")
+def duplicated(tmp_path_factory):
+  """The task of `duplicated_rows`."""
+  testing.require_shared_data()
+  return _task(tmp_path_factory.mktemp("no_duplicates") / "task",
+               duplicated_rows())
 
 
 def test_no_batch_of_the_order_repeats_a_text(duplicated):
@@ -101,6 +108,58 @@ def test_the_finetuners_batches_repeat_no_text(duplicated, tmp_path,
     ids = [tuple(row) for role in task.roles
            for row in inputs[f"{role}_input_word_ids"].numpy().tolist()]
     assert len(ids) == 3 * BATCH and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_no_global_batch_of_a_run_repeats_a_text_after_mining(
+    tmp_path, monkeypatch, replicas):
+  """Every batch of a whole run (12 steps of 4 rows), the training rows
+  holding 2 negatives mined by the model (as run_task mines them: the
+  Finetuner's predict), repeats no text, on one replica and across 2
+  replicas' halves (the dataset for an InputContext of 2 replicas, one
+  input pipeline: MirroredStrategy's, which hands the replicas consecutive
+  batches, as trainer_test's replicas test relies on); with the candidates
+  gathered across replicas, the global batch is what must hold each text
+  once. The mined rows share texts (a row's negative is another's
+  positive), so batches that ignored them would repeat some. Bugs caught:
+  the order comparing the file's roles, not the mined ones; each replica's
+  half ordered on its own."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.training import driver  # pylint: disable=g-import-not-at-top
+  from official_bert.training import finetuner  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  steps, batch = 12, 4
+  task = _task(tmp_path / "task", duplicated_rows(),
+               output_dir=str(tmp_path / "out"), mine_hard_negatives=2,
+               hard_negative_margin=0.0)
+  run = finetuner.Finetuner(
+      driver.DriverConfig(output_dir=str(tmp_path / "out"),
+                          num_train_steps=steps, train_batch_size=batch,
+                          seed=3),
+      task, configs.BertConfig.from_json_file(_config(tmp_path)).replace(
+          num_hidden_layers=1))
+  task.prepare_training(lambda inputs, fill=0.0: run.predict(inputs, 8, fill),
+                        run.model, False)
+  assert task.roles == ("anchor", "positive", "negative_1", "negative_2")
+  texts = lambda inputs: [tuple(int(i) for i in row if i)  # no padding
+                          for role in task.roles for row in np.asarray(
+                              inputs[f"{role}_input_word_ids"])]
+  rows = [set(texts({k: v[i:i + 1] for k, v in task.train_data()[0].items()}))
+          for i in range(task.num_train_examples)]
+  assert any(a & b for i, a in enumerate(rows) for b in rows[i + 1:])
+  seen = {}
+  monkeypatch.setattr(run, "train_steps", lambda dataset_fn, *_: seen.update(
+      dataset_fn=dataset_fn))
+  run.train(*task.train_data())
+  halves = list(seen["dataset_fn"](tf.distribute.InputContext(
+      1, 0, replicas)).take(steps * replicas))
+  for step in range(steps):
+    global_batch = [text for inputs, _ in halves[step * replicas:
+                                                 (step + 1) * replicas]
+                    for text in texts(inputs)]
+    assert len(global_batch) == 4 * batch
+    assert len(set(global_batch)) == len(global_batch), step
 
 
 def test_too_few_distinct_rows_for_a_batch_is_one_sentence(tmp_path):
