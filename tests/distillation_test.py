@@ -25,10 +25,10 @@ from tools import tiny_fixtures
 ML = "official_bert.run_classifier"
 
 
-def _config(root):
-  path = str(root / "bert_config.json")
+def _config(root, layers=1):
+  path = str(root / f"bert_config_{layers}.json")
   testing.tiny_config(vocab_size=30522, max_position_embeddings=64,
-                      num_hidden_layers=2).to_json_file(path)
+                      num_hidden_layers=layers).to_json_file(path)
   return path
 
 
@@ -59,8 +59,9 @@ def _tensors(prefix):
 # ------------------------------------------------------ run_classifier ----
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
-  """A classification task, its teacher (12 steps at a high rate, a
-  checkpoint every 6: ckpt-6 and ckpt-12 kept), a --distill_data file."""
+  """A classification task, its teacher (1 layer; 12 steps at a high rate,
+  a checkpoint every 6: ckpt-6 and ckpt-12 kept), a --distill_data
+  file."""
   testing.require_shared_data()
   root = tmp_path_factory.mktemp("distill")
   task = root / "task"
@@ -104,7 +105,7 @@ def _teacher_logits(c, texts_file):
   task.read()
   task.encode(tokenization.FullTokenizer(testing.VOCAB, True), 32)
   model = task.build_model(configs.BertConfig.from_json_file(
-      c["config"]), "keras")
+      str(c["teacher"] / "bert_config.json")), "keras")
   inputs = task.train_data()[0]
   model(inputs, training=False)
   checkpoints.restore_model(model, str(c["teacher"]))
@@ -136,7 +137,10 @@ def test_classifier_student_fits_the_cached_teacher_and_resumes(
                                                        abs=1e-5)
 
   # Killed after ckpt-6: its output_dir as it was then, rerun: resumes,
-  # reuses the cache, and ends at the uninterrupted run's weights.
+  # reuses the cache, and ends at the uninterrupted run's weights. The rerun
+  # reads the training file with its labels shuffled: at --distill_alpha=1
+  # the labels do not matter (their loss is only logged), so the weights are
+  # the same too.
   resumed = tmp_path / "resumed"
   os.makedirs(resumed)
   for name in ["flags.json", "bert_config.json", "label_list.json",
@@ -144,8 +148,19 @@ def test_classifier_student_fits_the_cached_teacher_and_resumes(
                    os.path.basename(p) for p in glob.glob(str(out / "ckpt-6.*"))]:
     shutil.copy(out / name, resumed)
   (resumed / "checkpoint").write_text('model_checkpoint_path: "ckpt-6"\n')
-  again = testing.run_program(ML, _student_flags(
-      c, resumed, f"--distill_data={c['distill_data']}"))
+  shuffled = tmp_path / "shuffled_task"
+  shutil.copytree(c["task"], shuffled)
+  lines = (shuffled / "train.tsv").read_text().splitlines()
+  labels = [line.rsplit("\t", 1)[1] for line in lines[1:]]
+  labels = labels[1:] + labels[:1]
+  assert labels != [line.rsplit("\t", 1)[1] for line in lines[1:]]
+  (shuffled / "train.tsv").write_text(lines[0] + "\n" + "".join(
+      f"{line.rsplit(chr(9), 1)[0]}\t{label}\n"
+      for line, label in zip(lines[1:], labels)))
+  flags_ = _student_flags(c, resumed, f"--distill_data={c['distill_data']}",
+                          "--nodo_eval")
+  flags_[0] = f"--task_data_dir={shuffled}"
+  again = testing.run_program(ML, flags_)
   assert "Resumed from" in again.stdout and "ckpt-6" in again.stdout
   assert "teacher outputs: reused" in again.stdout, again.stdout
   final = "ckpt-14"  # 58 rows x 2 epochs / 8
@@ -153,24 +168,6 @@ def test_classifier_student_fits_the_cached_teacher_and_resumes(
   assert ours.keys() == reference.keys()
   for name, value in reference.items():
     np.testing.assert_array_equal(ours[name], value, err_msg=name)
-
-  # --distill_alpha=1: the labels do not matter (shuffled: the same
-  # weights); the labels' loss is still logged.
-  shuffled = tmp_path / "shuffled_task"
-  shutil.copytree(c["task"], shuffled)
-  lines = (shuffled / "train.tsv").read_text().splitlines()
-  labels = [line.rsplit("\t", 1)[1] for line in lines[1:]]
-  labels = labels[1:] + labels[:1]
-  (shuffled / "train.tsv").write_text(lines[0] + "\n" + "".join(
-      f"{line.rsplit(chr(9), 1)[0]}\t{label}\n"
-      for line, label in zip(lines[1:], labels)))
-  other = tmp_path / "other"
-  flags_ = _student_flags(c, other, f"--distill_data={c['distill_data']}")
-  flags_[0] = f"--task_data_dir={shuffled}"
-  testing.run_program(ML, flags_)
-  theirs = _tensors(other / final)
-  for name, value in reference.items():
-    np.testing.assert_array_equal(theirs[name], value, err_msg=name)
 
   # Another teacher under the same checkpoint name (ckpt-12 holding
   # ckpt-6's weights): computed again, with a line naming what changed
@@ -192,77 +189,94 @@ def test_classifier_student_fits_the_cached_teacher_and_resumes(
 
 
 # ------------------------------------------- the other programs' losses ----
-def _teacher_and_student(root, module, flags, teacher_extra=(),
-                         student_extra=()):
-  """A teacher run of `module` and a student of it from random weights
-  (alpha 1, T 1); the student's stdout."""
-  teacher, student = root / "teacher", root / "student"
-  testing.run_program(module, flags(teacher) + list(teacher_extra))
-  return testing.run_program(module, flags(student) + [
+def _teacher_run(directory, task, config_file):
+  """A fine-tuned run's output_dir as --teacher reads it (flags.json,
+  bert_config.json, label files, a checkpoint), written here for `task`
+  (read): its model of 2 layers of random weights, the head's weights
+  times 30 (confident outputs for the student to fit)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  config = configs.BertConfig.from_json_file(config_file)
+  model = task.build_model(config, "keras")
+  model(testing.random_inputs(batch=1, seq=16, vocab=99), training=False)
+  for weight in model.weights:
+    if not weight.path.startswith("bert_encoder"):
+      weight.assign(weight * 30.0)
+  os.makedirs(directory)
+  tf.train.Checkpoint(model=model).write(str(directory / "ckpt-1"))
+  (directory / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+  config.to_json_file(str(directory / "bert_config.json"))
+  (directory / "flags.json").write_text(json.dumps(
+      {"vocab_file": testing.VOCAB}))
+  for name, text in task.run_files().items():
+    (directory / name).write_text(text)
+  return directory
+
+
+def _student(module, argv, teacher):
+  """A student of `teacher` from random weights, fitting it alone (alpha
+  1, T 1); its stdout."""
+  return testing.run_program(module, argv + [
       f"--teacher={teacher}", "--distill_alpha=1", "--distill_temperature=1",
-      "--seed=7"] + list(student_extra)).stdout
-
-
-def _one_layer_config(root):
-  path = str(root / "bert_config.json")
-  testing.tiny_config(vocab_size=30522, max_position_embeddings=64,
-                      num_hidden_layers=1).to_json_file(path)
-  return path
+      "--seed=7"]).stdout
 
 
 def test_multi_label_student_fits_per_label_probabilities(classifier,
                                                            tmp_path):
+  from official_bert.tasks.classification import classification_task as ct  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.classification import multi_label_task  # pylint: disable=g-import-not-at-top
   c = classifier
-  config = _one_layer_config(tmp_path)
-
-  def flags(out):
-    return [f"--task_data_dir={c['task']}", f"--bert_config_file={config}",
-            f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
-            "--label_column=part", "--task_type=multi_label",
-            "--max_seq_length=32", "--train_batch_size=8",
-            "--learning_rate=3e-3", "--do_train", "--nodo_eval",
-            "--steps_per_loop=4"]
-  stdout = _teacher_and_student(tmp_path, ML, flags, ["--num_train_epochs=1"],
-                                ["--num_train_epochs=1.5"])
+  task = multi_label_task.MultiLabelTask(ct.ClassificationConfig(
+      data_dir=str(c["task"]), output_dir=str(tmp_path),
+      label_column="part", task_type="multi_label", do_train=True))
+  task.read()
+  teacher = _teacher_run(tmp_path / "teacher", task, _config(tmp_path, 2))
+  stdout = _student(ML, [
+      f"--task_data_dir={c['task']}", f"--bert_config_file={_config(tmp_path)}",
+      f"--vocab_file={testing.VOCAB}", f"--output_dir={tmp_path / 'out'}",
+      "--label_column=part", "--task_type=multi_label", "--max_seq_length=32",
+      "--train_batch_size=8", "--learning_rate=3e-3", "--do_train",
+      "--nodo_eval", "--steps_per_loop=4", "--num_train_epochs=1.5"],
+                    teacher)
   _falls(stdout)
 
 
 def test_ner_student_fits_per_token_distributions(tmp_path):
+  from official_bert.tasks.ner import ner_task  # pylint: disable=g-import-not-at-top
   from tools import pydocs_ner  # pylint: disable=g-import-not-at-top
   testing.require_shared_data()
-  task = tmp_path / "task"
-  pydocs_ner.write_task(str(task), testing.CORPUS, {"train": 40, "dev": 4,
+  data = tmp_path / "task"
+  pydocs_ner.write_task(str(data), testing.CORPUS, {"train": 40, "dev": 4,
                                                      "test": 1})
-  config = _one_layer_config(tmp_path)
-
-  def flags(out):
-    return [f"--task_data_dir={task}", f"--bert_config_file={config}",
-            f"--vocab_file={testing.VOCAB}", f"--output_dir={out}",
-            "--do_train", "--max_seq_length=16", "--train_batch_size=8",
-            "--learning_rate=3e-3", "--steps_per_loop=4"]
-  stdout = _teacher_and_student(tmp_path, "official_bert.run_ner", flags,
-                                ["--num_train_epochs=1"],
-                                ["--num_train_epochs=1"])
+  task = ner_task.NerTask(ner_task.NerConfig(
+      data_dir=str(data), output_dir=str(tmp_path), do_train=True))
+  task.read()
+  teacher = _teacher_run(tmp_path / "teacher", task, _config(tmp_path, 2))
+  stdout = _student("official_bert.run_ner", [
+      f"--task_data_dir={data}", f"--bert_config_file={_config(tmp_path)}",
+      f"--vocab_file={testing.VOCAB}", f"--output_dir={tmp_path / 'out'}",
+      "--do_train", "--max_seq_length=16", "--train_batch_size=8",
+      "--learning_rate=3e-3", "--steps_per_loop=4", "--num_train_epochs=1"],
+                    teacher)
   _falls(stdout)
 
 
 def test_squad_student_fits_start_and_end_distributions(tmp_path):
+  from official_bert.tasks.squad import squad_task as squad_task_lib  # pylint: disable=g-import-not-at-top
   from tools import squad_task  # pylint: disable=g-import-not-at-top
   testing.require_shared_data()
   squad_task.write_task(str(tmp_path / "task"), max_train=24, max_dev=4,
                         train_docs=range(0, 300), dev_docs=range(300, 470))
-  config = _one_layer_config(tmp_path)
-
-  def flags(out):
-    return [f"--train_file={tmp_path / 'task' / 'train.json'}",
-            f"--bert_config_file={config}", f"--vocab_file={testing.VOCAB}",
-            f"--output_dir={out}", "--do_train", "--max_seq_length=64",
-            "--doc_stride=24", "--max_query_length=24",
-            "--train_batch_size=8", "--learning_rate=3e-3",
-            "--steps_per_loop=3"]
-  stdout = _teacher_and_student(tmp_path, "official_bert.run_squad", flags,
-                                ["--num_train_epochs=1"],
-                                ["--num_train_epochs=2"])
+  task = squad_task_lib.SquadTask(squad_task_lib.SquadConfig())
+  teacher = _teacher_run(tmp_path / "teacher", task, _config(tmp_path, 2))
+  stdout = _student("official_bert.run_squad", [
+      f"--train_file={tmp_path / 'task' / 'train.json'}",
+      f"--bert_config_file={_config(tmp_path)}",
+      f"--vocab_file={testing.VOCAB}", f"--output_dir={tmp_path / 'out'}",
+      "--do_train", "--max_seq_length=64", "--doc_stride=24",
+      "--max_query_length=24", "--train_batch_size=8",
+      "--learning_rate=3e-3", "--steps_per_loop=3", "--num_train_epochs=2"],
+                    teacher)
   _falls(stdout)
 
 
@@ -289,8 +303,8 @@ def test_embedding_student_fits_a_folders_embeddings_and_counts_texts(
   rows = retrieval_task.write_task(str(task), 32, 4, 4)
   texts = tmp_path / "texts.txt"
   texts.write_text("".join(f"{a}\n" for a, *_ in rows["test"]) + "\n")
-  teacher = _release_folder(tmp_path / "teacher", _config(tmp_path))
-  config = _one_layer_config(tmp_path)
+  teacher = _release_folder(tmp_path / "teacher", _config(tmp_path, 2))
+  config = _config(tmp_path)
 
   def flags(out):
     return [f"--task_data_dir={task}", f"--bert_config_file={config}",
@@ -350,8 +364,8 @@ def _bad_teacher(c, tmp_path, what):
                    "run's --output_dir"),
     ("neither", [], "is neither a run nor a checkpoint folder; pass a "
                     "fine-tuned run's --output_dir"),
-    ("", ["--init_checkpoint={teacher}", "--student_layers=0,2"],
-     "--student_layers=0,2 must be increasing layer indices from 0 to 1"),
+    ("", ["--init_checkpoint={teacher}", "--student_layers=0,1"],
+     "--student_layers=0,1 must be increasing layer indices from 0 to 0"),
     ("", ["--distill_alpha=1.5"], "--distill_alpha must be in [0, 1], got 1.5"),
     ("", ["--distill_temperature=0"],
      "--distill_temperature must be positive, got 0.0"),
