@@ -124,6 +124,9 @@ def main(argv):
   cpu_allocator.use_bfc()  # before TensorFlow loads
   if not FLAGS.task_data_dir:
     raise app.UsageError("--task_data_dir is required.")
+  if FLAGS.teacher:  # the task has no distillation loss yet
+    raise app.UsageError("run_reranker does not distil from a --teacher yet; "
+                         "drop --teacher.")
   finetuning_flags.check_flags(FLAGS, data_paths={"task_data_dir": "dir"})
   if FLAGS.retriever:
     cli.check_input_dir("retriever", FLAGS.retriever)

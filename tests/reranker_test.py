@@ -340,7 +340,8 @@ def _bad_vocab(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["no_positive", "vocabulary",
-                                  "no_sentence_embedding", "no_negatives"])
+                                  "no_sentence_embedding", "no_negatives",
+                                  "teacher"])
 def test_bad_input_is_one_sentence(trained, tmp_path, case):
   task = tmp_path / "task"
   shutil.copytree(trained["task"], task)
@@ -358,6 +359,9 @@ def test_bad_input_is_one_sentence(trained, tmp_path, case):
     match = (r"serving/1/saved_model.pb: its serving_default takes "
              r"\['text', 'text_b'\] and returns \['logits', 'scores'\], not "
              "text in and sentence_embedding out")
+  elif case == "teacher":
+    extra.append(f"--teacher={trained['out']}")
+    match = "run_reranker does not distil from a --teacher yet; drop --teacher"
   else:
     extra = []
     match = (r"train.tsv has no negatives .* and no --retriever mines them; "
