@@ -274,9 +274,16 @@ def check_distillation(fv):
                          f"checkpoint folder; pass {accepted}.")
   try:
     vocab = distillation.vocab_file(fv.teacher, which)
+    settings = distillation.run_flags(fv.teacher) if which == "run" else {}
   except (OSError, ValueError) as e:
     raise app.UsageError(f"--teacher {fv.teacher}: its flags.json cannot be "
                          f"read ({e}); pass a run's --output_dir.")
+  for name in ("do_lower_case", "task_type"):  # what its outputs mean
+    if name in settings and name in fv and settings[name] != fv[name].value:
+      raise app.UsageError(
+          f"--teacher {fv.teacher} was trained with --{name}="
+          f"{settings[name]}, this run has --{name}={fv[name].value}; a "
+          f"student fits the teacher's outputs, so pass its --{name}.")
   if vocab is not None:
     try:
       with open(vocab, "rb") as f:

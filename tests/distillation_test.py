@@ -366,6 +366,9 @@ def _bad_teacher(c, tmp_path, what):
                     "fine-tuned run's --output_dir"),
     ("", ["--init_checkpoint={teacher}", "--student_layers=0,1"],
      "--student_layers=0,1 must be increasing layer indices from 0 to 0"),
+    ("", ["--task_type=multi_label"], "was trained with --task_type="
+     "classification, this run has --task_type=multi_label; a student fits "
+     "the teacher's outputs, so pass its --task_type."),
     ("", ["--distill_alpha=1.5"], "--distill_alpha must be in [0, 1], got 1.5"),
     ("", ["--distill_temperature=0"],
      "--distill_temperature must be positive, got 0.0"),

@@ -96,12 +96,17 @@ def kind(path):
   return None
 
 
+def run_flags(path):
+  """A run's flags.json as a dict."""
+  with open(os.path.join(path, "flags.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
 def vocab_file(path, which):
   """The teacher's vocabulary: a run's flags.json vocab_file, a folder's
   vocab.txt (None when it has none)."""
   if which == "run":
-    with open(os.path.join(path, "flags.json"), encoding="utf-8") as f:
-      return json.load(f).get("vocab_file")
+    return run_flags(path).get("vocab_file")
   candidate = os.path.join(path, "vocab.txt")
   return candidate if os.path.exists(candidate) else None
 
@@ -230,9 +235,10 @@ def with_teacher(labels, teacher, num_unlabelled):
 
 
 # ------------------------------------------------------------ losses ----
-def mixed_losses(task, alpha, temperature):
+def mixed_losses(task, alpha, temperature, unlabelled=False):
   """(losses, metric_counts) for the trainer: the task's `distill_losses`
-  parts mixed by `alpha`; metric counts of the labels alone."""
+  parts mixed by `alpha`; the task's metric counts of the labels (none
+  when some rows are `unlabelled`: their labels are placeholders)."""
   def losses(labels, outputs):
     parts = task.distill_losses(labels["labels"], labels["teacher"], outputs,
                                 temperature, labels["labelled"])
@@ -241,6 +247,8 @@ def mixed_losses(task, alpha, temperature):
     return dict(parts, loss=loss)
 
   def metric_counts(labels, outputs):
+    if unlabelled:
+      return {}
     return task.metric_counts(labels["labels"], outputs)
   return losses, metric_counts
 

@@ -74,7 +74,8 @@ class Finetuner(driver.Driver):
       from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
       self.build(lambda kernels: task.build_model(bert_config, kernels),
                  *distillation.mixed_losses(task, distill.alpha,
-                                            distill.temperature),
+                                            distill.temperature,
+                                            task.num_distill_texts > 0),
                  remove_padding=self.remove_padding)
     self.best = best_checkpoint.BestCheckpoint(
         os.path.join(config.output_dir, "best"), self.model,
@@ -532,6 +533,12 @@ def teacher_labels(run, task, distill, inputs, labels, batch_size,
   try:
     teacher_config = configs.BertConfig.from_json_file(
         distill.bert_config_file, "--teacher")
+    length = max(v.shape[-1] for v in inputs.values())
+    if length > teacher_config.max_position_embeddings:
+      raise ValueError(
+          f"the training inputs have {length} positions, more than "
+          f"max_position_embeddings={teacher_config.max_position_embeddings} "
+          f"of its bert_config.json; lower --max_seq_length")
     model = task.build_model(teacher_config, "keras")
     model(task.example_inputs(), training=False)
     prefix = checkpoints.restore_model(model, distill.teacher)
