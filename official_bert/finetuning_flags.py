@@ -262,16 +262,14 @@ def check_distillation(fv):
     cli.check_input_file("distill_data", fv.distill_data)
   which = distillation.kind(fv.teacher)
   accepted = ("a fine-tuned run's --output_dir (flags.json, "
-              "bert_config.json and its checkpoint)")
+              "bert_config.json and its checkpoint) or its export "
+              "(--export_dir)")
   if "pooling" in fv:  # run_embedding
     accepted += (" or a checkpoint folder with its bert_config.json (what "
                  "--init_checkpoint takes)")
-  if which == "export":
-    raise app.UsageError(f"--teacher {fv.teacher} is an export, which "
-                         f"cannot teach yet; pass {accepted}.")
   if which is None or (which == "checkpoint" and "pooling" not in fv):
-    raise app.UsageError(f"--teacher {fv.teacher} is neither a run nor a "
-                         f"checkpoint folder; pass {accepted}.")
+    raise app.UsageError(f"--teacher {fv.teacher} is neither a run, a "
+                         f"checkpoint folder nor an export; pass {accepted}.")
   try:
     vocab = distillation.vocab_file(fv.teacher, which)
     settings = distillation.run_flags(fv.teacher) if which == "run" else {}
@@ -310,11 +308,19 @@ def distill_config(fv, program):
     raise cli.Error(f"--distill_data adds unlabelled texts, which {program} "
                     "cannot take (its examples are tagged words or answered "
                     "questions); drop --distill_data.")
-  config_file = os.path.join(fv.teacher, "bert_config.json")
+  export = None
+  if distillation.kind(fv.teacher) == "export":
+    if program in ("run_ner", "run_squad"):
+      raise cli.Error(f"--teacher {fv.teacher} is an export of {program}, "
+                      "which answers with tags or spans, not the logits a "
+                      "student fits; pass the run's --output_dir.")
+    export = distillation.export_version(fv.teacher)
   return distillation.DistillConfig(
-      teacher=fv.teacher, bert_config_file=config_file,
+      teacher=fv.teacher,
+      bert_config_file=(None if export else
+                        os.path.join(fv.teacher, "bert_config.json")),
       alpha=fv.distill_alpha, temperature=fv.distill_temperature,
-      distill_data=fv.distill_data)
+      distill_data=fv.distill_data, export=export)
 
 
 def driver_config(fv, num_train_examples):

@@ -81,9 +81,11 @@ def classifier(tmp_path_factory):
             "--keep_checkpoint_max=2", "--do_train", "--do_eval", *extra]
 
   teacher = root / "teacher"
-  testing.run_program(ML, flags(teacher, "--steps_per_loop=6"))
+  testing.run_program(ML, flags(teacher, "--steps_per_loop=6",
+                                f"--export_dir={root / 'serving'}"))
   return dict(root=root, task=task, rows=rows, config=config,
-              teacher=teacher, distill_data=distill_data, flags=flags)
+              teacher=teacher, serving=root / "serving",
+              distill_data=distill_data, flags=flags)
 
 
 def _student_flags(c, out, *extra):
@@ -186,6 +188,22 @@ def test_classifier_student_fits_the_cached_teacher_and_resumes(
           "them again") in changed.stdout, changed.stdout
   with np.load(out / "teacher_outputs.npz") as f:
     assert not np.allclose(f["outputs"], first)
+
+
+def test_an_export_teaches_as_its_run_does(classifier, tmp_path):
+  """--teacher=<the teacher's --export_dir>: its serving_ids signature
+  gives the teacher's logits, row for row those of its run."""
+  c = classifier
+  out = tmp_path / "out"
+  flags_ = [f"--teacher={c['serving']}" if f.startswith("--teacher=") else f
+            for f in _student_flags(c, out, "--num_train_epochs=0.25",
+                                    "--nodo_eval")]
+  proc = testing.run_program(ML, flags_)
+  assert f"teacher outputs: 48 rows by {c['serving'] / '1'}" in proc.stdout
+  with np.load(out / "teacher_outputs.npz") as cached:
+    np.testing.assert_allclose(
+        cached["outputs"], _teacher_logits(c, c["distill_data"])[:48],
+        atol=1e-4)
 
 
 # ------------------------------------------- the other programs' losses ----
@@ -346,10 +364,6 @@ def _bad_teacher(c, tmp_path, what):
     (teacher / "flags.json").write_text(json.dumps(flags_json))
   elif what == "labels":
     (teacher / "label_list.json").write_text('["c_api", "other"]\n')
-  elif what == "export":
-    shutil.rmtree(teacher)
-    os.makedirs(teacher / "1")
-    (teacher / "1" / "saved_model.pb").write_bytes(b"")
   elif what == "neither":
     shutil.rmtree(teacher)
     os.makedirs(teacher)
@@ -360,10 +374,8 @@ def _bad_teacher(c, tmp_path, what):
     ("vocab", [], "was trained with the vocabulary"),
     ("labels", [], "its label_list.json ([\"c_api\", \"other\"]) differs "
                    "from this run's"),
-    ("export", [], "is an export, which cannot teach yet; pass a fine-tuned "
-                   "run's --output_dir"),
-    ("neither", [], "is neither a run nor a checkpoint folder; pass a "
-                    "fine-tuned run's --output_dir"),
+    ("neither", [], "is neither a run, a checkpoint folder nor an export; "
+                    "pass a fine-tuned run's --output_dir"),
     ("", ["--init_checkpoint={teacher}", "--student_layers=0,1"],
      "--student_layers=0,1 must be increasing layer indices from 0 to 0"),
     ("", ["--task_type=multi_label"], "was trained with --task_type="

@@ -60,8 +60,10 @@ class DistillConfig:
   """A distillation's settings, with the flags' names.
 
   teacher: the teacher run's output_dir (or, for run_embedding, a
-    checkpoint folder --init_checkpoint takes).
-  bert_config_file: the teacher's bert_config.json.
+    checkpoint folder --init_checkpoint takes), or its export.
+  bert_config_file: the teacher's bert_config.json (None for an export).
+  export: the export's version directory (a SavedModel whose serving_ids
+    signature gives the teacher's outputs), or None.
   alpha: the distillation loss's weight (the label loss gets 1 - alpha).
   temperature: T, by which both logits are divided before softmax/sigmoid.
   distill_data: the unlabelled texts' file, or None.
@@ -71,6 +73,7 @@ class DistillConfig:
   alpha: float = 0.5
   temperature: float = 2.0
   distill_data: Optional[str] = None
+  export: Optional[str] = None
 
 
 # ------------------------------------------------------ what DIR is ----
@@ -96,6 +99,38 @@ def kind(path):
   return None
 
 
+def export_version(path):
+  """The SavedModel directory of an export: `path` itself, or its highest
+  numbered version."""
+  if os.path.exists(os.path.join(path, "saved_model.pb")):
+    return path
+  versions = [int(name) for name in os.listdir(path) if name.isdigit()
+              and os.path.exists(os.path.join(path, name, "saved_model.pb"))]
+  return os.path.join(path, str(max(versions)))
+
+
+def export_outputs(named):
+  """The model's outputs from an export's named outputs (numpy): a
+  classifier's `logits`, a regression's `predictions` as [B, 1], an
+  embedder's `sentence_embedding`; None for an export without them."""
+  if "logits" in named:
+    return named["logits"]
+  if "predictions" in named:
+    return named["predictions"][:, None]
+  return named.get("sentence_embedding")
+
+
+def folder_digest(path):
+  """sha256 of every file under `path` (names and bytes, sorted)."""
+  parts = []
+  for root, _, names in sorted(os.walk(path)):
+    for name in sorted(names):
+      full = os.path.join(root, name)
+      with open(full, "rb") as f:
+        parts += [os.path.relpath(full, path), f.read()]
+  return digest(parts)
+
+
 def run_flags(path):
   """A run's flags.json as a dict."""
   with open(os.path.join(path, "flags.json"), encoding="utf-8") as f:
@@ -103,10 +138,14 @@ def run_flags(path):
 
 
 def vocab_file(path, which):
-  """The teacher's vocabulary: a run's flags.json vocab_file, a folder's
-  vocab.txt (None when it has none)."""
+  """The teacher's vocabulary: a run's flags.json vocab_file, an export's
+  asset, a folder's vocab.txt (None when it has none)."""
   if which == "run":
     return run_flags(path).get("vocab_file")
+  if which == "export":  # its one asset, under the vocabulary's own name
+    assets = os.path.join(export_version(path), "assets")
+    names = os.listdir(assets) if os.path.isdir(assets) else []
+    return os.path.join(assets, names[0] if len(names) == 1 else "vocab.txt")
   candidate = os.path.join(path, "vocab.txt")
   return candidate if os.path.exists(candidate) else None
 
@@ -159,10 +198,12 @@ def digest(*parts):
 
 def record(checkpoint, weights, inputs, distill_data):
   """What the outputs are made from: the teacher's checkpoint prefix (its
-  name in words only: the weights decide), its weights' digest, the
+  name in words only: the weights decide), its weights' digest (`weights`:
+  arrays, or a digest already made: an export's `folder_digest`), the
   training inputs' digest and --distill_data's path."""
   return {"teacher_checkpoint": os.path.basename(checkpoint),
-          "teacher_weights": digest(weights),
+          "teacher_weights": (weights if isinstance(weights, str)
+                              else digest(weights)),
           "training_inputs": digest(inputs),
           "distill_data": distill_data or ""}
 

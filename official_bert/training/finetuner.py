@@ -522,14 +522,57 @@ def teacher_labels(run, task, distill, inputs, labels, batch_size,
                    evaluating):
   """(labels with the teacher's outputs, the teacher's dev eval_results):
   the teacher (the task's model for its bert_config.json, restored from
-  distill.teacher) predicts over the training `inputs` once, batched as
+  distill.teacher: `_run_teacher`; or an export's serving_ids signature:
+  `_export_teacher`) predicts over the training `inputs` once, batched as
   `predict` is, and evaluates on dev (when `evaluating`); both are cached
   in output_dir (distillation.py) and reused while the teacher and the
   inputs are unchanged. cli.Error: one sentence naming --teacher."""
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+  if distill.export:
+    prefix, weights, predict_teacher = _export_teacher(
+        task, distill.export, batch_size)
+  else:
+    prefix, weights, predict_teacher = _run_teacher(
+        run, task, distill, inputs, batch_size)
+  made_from = distillation.record(prefix, weights, inputs,
+                                  distill.distill_data)
+  path = os.path.join(run.config.output_dir, distillation.FILE)
+  outputs, teacher_eval, why = distillation.reusable(run.config.output_dir,
+                                                     made_from)
+  if outputs is not None:
+    print(f"teacher outputs: reused {path} (made by the same teacher from "
+          "the same training inputs)", flush=True)
+  else:
+    if why:
+      print(f"teacher outputs: {path}: {why}; computing them again",
+            flush=True)
+    t0 = time.time()
+    try:
+      outputs = task.teacher_outputs(predict_teacher)
+    except ValueError as e:
+      raise cli.Error(str(e)) from None
+    teacher_eval = {}
+    if evaluating:
+      teacher_eval = {k: float(v) for k, v in task.evaluate(
+          predict_teacher, 0).items() if k != "global_step" and
+                      isinstance(v, (int, float, np.floating))}
+    if run.is_chief:
+      distillation.write(run.config.output_dir, outputs, made_from,
+                         teacher_eval)
+    print(f"teacher outputs: {len(next(iter(inputs.values())))} rows "
+          f"by {prefix} in {time.time() - t0:.1f} s, written to {path}",
+          flush=True)
+  return (distillation.with_teacher(labels, outputs,
+                                    task.num_distill_texts), teacher_eval)
+
+
+def _run_teacher(run, task, distill, inputs, batch_size):
+  """(checkpoint prefix, weights, predict) of a teacher run or checkpoint
+  folder: the task's model for its bert_config.json, restored, predicting
+  as the student's `predict` does."""
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.training import checkpoints  # pylint: disable=g-import-not-at-top
-  from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
   try:
     teacher_config = configs.BertConfig.from_json_file(
         distill.bert_config_file, "--teacher")
@@ -552,36 +595,49 @@ def teacher_labels(run, task, distill, inputs, labels, batch_size,
                                  run.remove_padding)
     return predict(model, batch, batch_size, run.pad_multiple,
                    step=steps[fill])
+  return prefix, model.get_weights(), predict_teacher
 
-  made_from = distillation.record(prefix, model.get_weights(), inputs,
-                                  distill.distill_data)
-  path = os.path.join(run.config.output_dir, distillation.FILE)
-  outputs, teacher_eval, why = distillation.reusable(run.config.output_dir,
-                                                     made_from)
-  if outputs is not None:
-    print(f"teacher outputs: reused {path} (made by the same teacher from "
-          "the same training inputs)", flush=True)
-  else:
-    if why:
-      print(f"teacher outputs: {path}: {why}; computing them again",
-            flush=True)
-    t0 = time.time()
-    outputs = task.teacher_outputs(predict_teacher)
-    teacher_eval = {}
-    if evaluating:
-      teacher_eval = {k: v for k, v in task.evaluate(
-          predict_teacher, 0).items() if k != "global_step" and
-                      isinstance(v, (int, float, np.floating))}
-      teacher_eval = {k: float(v) for k, v in teacher_eval.items()}
-    if run.is_chief:
-      distillation.write(run.config.output_dir, outputs, made_from,
-                         teacher_eval)
-    print(f"teacher outputs: {len(next(iter(inputs.values())))} rows "
-          f"by {prefix} in {time.time() - t0:.1f} s, written to {path}",
-          flush=True)
-  del model
-  return (distillation.with_teacher(labels, outputs,
-                                    task.num_distill_texts), teacher_eval)
+
+def _export_teacher(task, version, batch_size):
+  """(version, its files' digest, predict) of a teacher export: its
+  serving_ids signature on each batch cut to its longest row, the outputs
+  as the model's (distillation.export_outputs). An export without them,
+  or with other label names than this run's, is a cli.Error."""
+  import json  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
+  signature = tf.saved_model.load(version).signatures["serving_ids"]
+
+  def named(batch):
+    length = max(int(batch["input_mask"].sum(1).max()), 1)
+    out = signature(**{k: tf.constant(v[:, :length], tf.int32)
+                       for k, v in batch.items()})
+    return {k: v.numpy() for k, v in out.items()}
+
+  probe = named(task.example_inputs())
+  if distillation.export_outputs(probe) is None:
+    raise cli.Error(f"--teacher {version} answers with {sorted(probe)}, "
+                    "not the logits or embeddings a student fits; pass the "
+                    "run's --output_dir.")
+  ours = task.run_files().get("label_list.json")
+  if "label_names" in probe and ours is not None:
+    theirs = [n.decode("utf-8") for n in probe["label_names"][0]]
+    if theirs != json.loads(ours):
+      raise cli.Error(f"--teacher {version}: its labels {theirs} differ "
+                      f"from this run's label_list.json {json.loads(ours)}; "
+                      "a student learns the teacher's outputs, so train it "
+                      "on data with the teacher's labels.")
+
+  def predict_teacher(batch, fill=0.0):
+    del fill  # per-example outputs only (classification, embeddings)
+    n = len(batch["input_mask"])
+    parts = [distillation.export_outputs(named(
+        {k: v[i:i + batch_size] for k, v in batch.items()}))
+             for i in range(0, n, batch_size)]
+    return np.concatenate(parts).astype(np.float32)
+  return version, distillation.folder_digest(version), predict_teacher
 
 
 def quantization_drop(metric, value, int8_value, metric_range=1.0):
