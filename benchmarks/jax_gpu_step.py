@@ -23,6 +23,22 @@ KERAS_BACKEND=jax on whatever accelerator JAX finds, and checks three things:
     KERAS_BACKEND=jax python -m benchmarks.jax_gpu_step \
         --config=base --batch_size=64 --seq_length=128 --steps=50
 
+With `--lengths=benchmarks/data/record_lengths.json` the sequences have the
+lengths of our records (a histogram written from the shared corpus by
+`benchmarks/packing_benchmark.py --lengths_out`), else uniform from T/2 to
+T. `--pack` packs them into rows of several sequences
+(data/row_packing.py; `input_sequence_ids`: a block-diagonal mask, no
+next-sentence head), `--fused_attention` runs attention as one fused op
+(`keras.ops.dot_product_attention`: cuDNN's flash attention on an NVIDIA
+GPU; the compiled step's custom calls are listed), and MFU is also counted
+over the real tokens only (each sequence's matmuls at its own length,
+attention within itself). `--peer=hf` times Hugging Face's
+`BertForPreTraining` (SDPA attention, bfloat16 autocast, `torch.compile`)
+with the same config, batch and lengths, its sequences padded to T.
+`--fused_attention` also checks the fused forward against the dense one in
+bfloat16. `--out_dir` gets the result so far as result.json after every
+measurement (a run cut short keeps what it measured).
+
 Prints one JSON object as its last line (and writes it to --out if given).
 """
 
@@ -48,6 +64,17 @@ flags.DEFINE_integer("memorise_steps", 30, "Steps on one batch for check 2.")
 flags.DEFINE_float("peak_tflops", None, "The chip's dense bf16 peak in "
                    "TFLOP/s (default: 989 for H100/H200, else unknown).")
 flags.DEFINE_string("out", None, "Also write the JSON result here.")
+flags.DEFINE_string("out_dir", None, "Write result.json here after every "
+                    "measurement.")
+flags.DEFINE_string("lengths", None, "A JSON histogram of sequence lengths "
+                    "({\"128\": {\"length\": count, ...}, ...}); default "
+                    "uniform from T/2 to T.")
+flags.DEFINE_bool("pack", False, "Pack the sequences into rows "
+                  "(input_sequence_ids), masked-LM only.")
+flags.DEFINE_bool("fused_attention", False, "Attention as one fused op.")
+flags.DEFINE_enum("peer", "none", ["none", "hf"], "Also time Hugging Face's "
+                  "BertForPreTraining (torch, SDPA, bf16 autocast, "
+                  "torch.compile) on the same batch.")
 FLAGS = flags.FLAGS
 flags.register_multi_flags_validator(
     ["predictions", "seq_length"],
@@ -75,8 +102,24 @@ def _config(size):
       max_position_embeddings=512)
 
 
-def _batch(rng, batch, seq, predictions):
-  lengths = rng.integers(seq // 2, seq + 1, batch)
+def _sample_lengths(rng, count, seq):
+  """`count` sequence lengths: drawn from --lengths' histogram for `seq`, or
+  uniform from seq/2 to seq."""
+  if not FLAGS.lengths:
+    return rng.integers(seq // 2, seq + 1, count)
+  with open(FLAGS.lengths) as f:
+    histogram = json.load(f)[str(seq)]
+  values = np.array([int(k) for k in histogram])
+  weights = np.array([histogram[k] for k in histogram], np.float64)
+  return rng.choice(values, count, p=weights / weights.sum())
+
+
+def _batch(rng, batch, seq, predictions, lengths=None):
+  """One batch of `batch` rows of `seq` positions, one sequence each (or
+  with FLAGS.pack several: see `_packed_batch`)."""
+  if lengths is None:
+    lengths = _sample_lengths(rng, batch, seq)
+  lengths = np.maximum(lengths, 2 * predictions + 2)
   mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
   positions = np.stack([np.sort(rng.choice(np.arange(1, n), predictions,
                                            replace=False)) for n in lengths])
@@ -90,6 +133,127 @@ def _batch(rng, batch, seq, predictions):
                                          ).astype(np.int32),
            "masked_lm_weights": np.ones((batch, predictions), np.float32),
            "next_sentence_labels": rng.integers(0, 2, batch).astype(np.int32)})
+
+
+def _per_sequence_predictions(length, predictions):
+  return int(min(predictions, max(1, round(length * 0.15))))
+
+
+def _packed_batch(rng, batch, seq, predictions):
+  """`batch` packed rows (data/row_packing.py) of sequences drawn as
+  `_sample_lengths`, each with its own share of masks; returns (inputs,
+  labels, the sequences' lengths)."""
+  from official_bert.data import row_packing  # pylint: disable=g-import-not-at-top
+  q = row_packing.default_row_predictions(predictions,
+                                          row_packing.MAX_SEQUENCES_PER_ROW)
+  rows = None
+  count = batch * 2
+  while rows is None or len(rows[0]["input_mask"]) < batch:
+    count *= 2
+    lengths = _sample_lengths(rng, count, seq)
+    lengths = np.maximum(lengths, 4)
+    inputs, labels = _batch(rng, count, seq, predictions, lengths=lengths)
+    weights = np.zeros_like(labels["masked_lm_weights"])
+    for i, length in enumerate(inputs["input_mask"].sum(1)):
+      weights[i, :_per_sequence_predictions(length, predictions)] = 1.0
+    labels["masked_lm_weights"] = weights
+    rows = row_packing.pack(inputs, labels, seq, q)
+  packed, packed_labels = ({k: v[:batch] for k, v in part.items()}
+                           for part in rows)
+  # The lengths of the sequences in the rows kept.
+  ids = packed["input_sequence_ids"]
+  kept = [int((ids[r] == k).sum()) for r in range(batch)
+          for k in range(1, ids[r].max() + 1)]
+  return packed, packed_labels, np.array(kept)
+
+
+def token_flops(size, lengths, predictions):
+  """Matmul FLOPs of one training step counted over real tokens only: each
+  sequence's layers at its own length (attention within itself), its own
+  masked positions (as `_per_sequence_predictions`)."""
+  layers, h, _, inter = SIZES[size]
+  total = 0
+  for length in lengths:
+    length = int(length)
+    p = _per_sequence_predictions(length, predictions)
+    out = p + 1
+
+    def layer(queries, keys):
+      return (2 * h * h * (2 * keys + 2 * queries) + 4 * queries * keys * h
+              + 4 * queries * h * inter)
+
+    total += (layers - 1) * layer(length, length) + layer(out, length)
+    total += 2 * p * (h * h + h * VOCAB)
+  return 3 * total
+
+
+def _custom_calls(hlo_text):
+  """The custom-call targets of a compiled module's HLO (e.g. cuDNN's fused
+  attention, `__cudnn$fmha...`)."""
+  import re  # pylint: disable=g-import-not-at-top
+  return sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo_text)))
+
+
+def _save(result):
+  if FLAGS.out_dir:
+    os.makedirs(FLAGS.out_dir, exist_ok=True)
+    path = os.path.join(FLAGS.out_dir, "result.json")
+    with open(path + ".tmp", "w") as f:
+      json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def _hf_peer(config, inputs, labels, steps):
+  """Hugging Face's BertForPreTraining on the same batch: SDPA attention,
+  bfloat16 autocast, torch.compile, AdamW; sequences/s after warm-up."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  hf_config = transformers.BertConfig(
+      vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+      num_hidden_layers=config.num_hidden_layers,
+      num_attention_heads=config.num_attention_heads,
+      intermediate_size=config.intermediate_size,
+      max_position_embeddings=config.max_position_embeddings,
+      attn_implementation="sdpa")
+  model = transformers.BertForPreTraining(hf_config).to(device)
+  optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+  ids = torch.tensor(inputs["input_word_ids"], dtype=torch.long,
+                     device=device)
+  mask = torch.tensor(inputs["input_mask"], dtype=torch.long, device=device)
+  types = torch.tensor(inputs["input_type_ids"], dtype=torch.long,
+                       device=device)
+  mlm_labels = torch.full_like(ids, -100)
+  positions = torch.tensor(inputs["masked_lm_positions"], dtype=torch.long,
+                           device=device)
+  mlm_labels.scatter_(1, positions, torch.tensor(
+      labels["masked_lm_ids"], dtype=torch.long, device=device))
+  nsp = torch.tensor(labels["next_sentence_labels"], dtype=torch.long,
+                     device=device)
+
+  def step():
+    with torch.autocast(device, dtype=torch.bfloat16):
+      loss = model(input_ids=ids, attention_mask=mask, token_type_ids=types,
+                   labels=mlm_labels, next_sentence_label=nsp).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+  compiled = torch.compile(step)
+  for _ in range(3):
+    compiled()
+  if device == "cuda":
+    torch.cuda.synchronize()
+  start = time.perf_counter()
+  for _ in range(steps):
+    compiled()
+  if device == "cuda":
+    torch.cuda.synchronize()
+  seconds = (time.perf_counter() - start) / max(steps, 1)
+  return {"hf_step_ms": seconds * 1e3,
+          "hf_sequences_per_s": len(inputs["input_mask"]) / seconds,
+          "hf_device": device, "torch": torch.__version__}
 
 
 def model_flops(size, batch, seq, predictions):
@@ -107,6 +271,23 @@ def model_flops(size, batch, seq, predictions):
   forward += 2 * predictions * (h * h + h * VOCAB)  # masked-LM transform, logits
   forward += 2 * (h * h + 2 * h)  # pooler, next-sentence
   return 3 * batch * forward
+
+
+def _fused_vs_dense(model, config, rng):
+  """The largest difference of the masked-LM logits, fused attention against
+  the dense formula, same weights and batch, in the current (bfloat16)
+  policy, relative to the largest logit."""
+  from official_bert.modeling import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+  dense = pretrainer_lib.BertPretrainer.from_bert_config(
+      config, use_next_sentence=model.use_next_sentence)
+  dense.set_weights(model.get_weights())
+  if FLAGS.pack:
+    inputs, _, _ = _packed_batch(rng, 8, FLAGS.seq_length, FLAGS.predictions)
+  else:
+    inputs, _ = _batch(rng, 8, FLAGS.seq_length, FLAGS.predictions)
+  got = np.asarray(model(inputs)["mlm_logits"], np.float32)
+  want = np.asarray(dense(inputs)["mlm_logits"], np.float32)
+  return float(np.abs(got - want).max() / np.abs(want).max())
 
 
 def main(argv):
@@ -145,14 +326,30 @@ def main(argv):
         loss_fn, has_aux=True)(train_vars, fixed_vars, x, y, False)
     return loss, outputs["mlm_logits"], grads
 
+  if device.platform == "cpu":  # no accelerator: nothing to compare
+    result["fp32_check"] = "skipped: JAX found no accelerator"
+    print("float32 check skipped: JAX found no accelerator", flush=True)
   got = {}
-  for name, dev in (("accelerator", device),
-                    ("cpu", jax.local_devices(backend="cpu")[0])):
+  pairs = () if device.platform == "cpu" else (
+      ("accelerator", device), ("cpu", jax.local_devices(backend="cpu")[0]))
+  for name, dev in pairs:
     with jax.default_matmul_precision("highest"):
       args = jax.device_put((trainable, non_trainable, inputs, labels), dev)
       loss, logits, grads = jax.jit(forward_and_grads)(*args)
       got[name] = (float(loss), np.asarray(logits),
                    [np.asarray(g) for g in grads])
+  if got:
+    _compare(result, got)
+  _save(result)
+  if FLAGS.steps == 0:
+    print(json.dumps(result))
+    return
+  del model, got
+  _train_and_time(result, config, device, rng)
+
+
+def _compare(result, got):
+  """Check 1's figures: float32 on the accelerator against the CPU."""
   (loss_a, logits_a, grads_a), (loss_c, logits_c, grads_c) = (
       got["accelerator"], got["cpu"])
   result["fp32_loss_accelerator"], result["fp32_loss_cpu"] = loss_a, loss_c
@@ -172,15 +369,36 @@ def main(argv):
         f", gradients by {result['fp32_grads_max_rel_diff']:.2e} of the largest "
         f"(worst tensor's relative L2 difference "
         f"{result['fp32_grads_worst_tensor_rel_l2']:.2e})", flush=True)
-  if FLAGS.steps == 0:
-    print(json.dumps(result))
-    return
-  del model, got
 
-  # 2 and 3. mixed_bfloat16 training steps.
+
+def _train_and_time(result, config, device, rng):
+  """Checks 2 and 3: mixed_bfloat16 training steps, their speed and MFU
+  (and the peer's)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import pretrainer as pretrainer_lib  # pylint: disable=g-import-not-at-top
+
+  def loss_fn(train_vars, fixed_vars, x, y, training):
+    outputs, fixed_vars = model.stateless_call(train_vars, fixed_vars, x,
+                                               training=training)
+    return pretrainer_lib.pretraining_losses(y, outputs)["loss"], (
+        outputs, fixed_vars)
+
   keras.config.set_dtype_policy("mixed_bfloat16")
   keras.utils.set_random_seed(1)
-  model = pretrainer_lib.BertPretrainer.from_bert_config(config)
+  model = pretrainer_lib.BertPretrainer.from_bert_config(
+      config, use_next_sentence=not FLAGS.pack,
+      fused_attention=FLAGS.fused_attention)
+  result.update(pack=FLAGS.pack, fused_attention=FLAGS.fused_attention,
+                lengths=FLAGS.lengths or "uniform T/2..T")
+  if FLAGS.fused_attention:
+    result["fused_vs_dense_bf16_max_rel_diff"] = _fused_vs_dense(
+        model, config, rng)
+    print("fused against dense attention, bfloat16 forward: largest "
+          "difference of the logits "
+          f"{result['fused_vs_dense_bf16_max_rel_diff']:.2e} of the largest",
+          flush=True)
+    _save(result)
   optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01,
                                      epsilon=1e-6, global_clipnorm=1.0)
   optimizer.build(model.trainable_variables)
@@ -199,11 +417,27 @@ def main(argv):
     return (train_vars, fixed_vars, opt_vars), loss
 
   step = jax.jit(train_step, donate_argnums=0)
-  batch = _batch(rng, FLAGS.batch_size, FLAGS.seq_length, FLAGS.predictions)
+
+  def make_batch():
+    if FLAGS.pack:
+      inputs, labels, lengths = _packed_batch(
+          rng, FLAGS.batch_size, FLAGS.seq_length, FLAGS.predictions)
+    else:
+      lengths = np.maximum(_sample_lengths(rng, FLAGS.batch_size,
+                                           FLAGS.seq_length),
+                           2 * FLAGS.predictions + 2)
+      inputs, labels = _batch(rng, FLAGS.batch_size, FLAGS.seq_length,
+                              FLAGS.predictions, lengths=lengths)
+    return (inputs, labels), lengths
+
+  batch, _ = make_batch()
   batch = jax.device_put(batch, device)
   start = time.perf_counter()
   compiled = step.lower(state, *batch).compile()
   result["compile_s"] = time.perf_counter() - start
+  result["custom_calls"] = _custom_calls(compiled.as_text())
+  print(f"custom calls of the compiled step: {result['custom_calls']}",
+        flush=True)
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   result["xla_flops_per_step"] = float(cost.get("flops", float("nan")))
@@ -218,9 +452,13 @@ def main(argv):
         f"{losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps on one "
         "batch", flush=True)
 
-  batches = [jax.device_put(_batch(rng, FLAGS.batch_size, FLAGS.seq_length,
-                                   FLAGS.predictions), device)
-             for _ in range(4)]
+  _save(result)
+  made = [make_batch() for _ in range(4)]
+  batches = [jax.device_put(b, device) for b, _ in made]
+  sequences = np.mean([len(lengths) for _, lengths in made])
+  real_flops = np.mean([token_flops(FLAGS.config, lengths, FLAGS.predictions)
+                        for _, lengths in made])
+  real_tokens = np.mean([lengths.sum() for _, lengths in made])
   for i in range(3):
     state, loss = compiled(state, *batches[i % 4])
   jax.block_until_ready(state)
@@ -236,10 +474,17 @@ def main(argv):
                           for name in ("H100", "H200")):
     peak = 989.4  # dense bf16, SXM
   result.update(step_ms=seconds * 1e3,
-                sequences_per_s=FLAGS.batch_size / seconds,
+                sequences_per_s=sequences / seconds,
+                rows_per_s=FLAGS.batch_size / seconds,
+                sequences_per_row=float(sequences / FLAGS.batch_size),
+                real_token_share=float(real_tokens / (FLAGS.batch_size *
+                                                      FLAGS.seq_length)),
                 model_tflops_per_step=flops / 1e12,
                 achieved_tflops=flops / seconds / 1e12, peak_tflops=peak,
                 mfu=(flops / seconds / 1e12 / peak) if peak else None,
+                real_token_tflops_per_step=real_flops / 1e12,
+                mfu_real_tokens=(real_flops / seconds / 1e12 / peak)
+                if peak else None,
                 params=int(model.count_params()))
   print(f"{FLAGS.config} ({result['params']:,} parameters), batch "
         f"{FLAGS.batch_size} x {FLAGS.seq_length}: {seconds * 1e3:.2f} ms a "
@@ -247,7 +492,25 @@ def main(argv):
         f"{result['achieved_tflops']:.1f} model TFLOP/s"
         + (f", MFU {result['mfu']:.1%} of {peak} TFLOP/s" if peak else "")
         + f" (XLA counts {result['xla_flops_per_step'] / 1e12:.3f} TFLOP a "
-        f"step, the shapes {flops / 1e12:.3f})", flush=True)
+        f"step, the shapes {flops / 1e12:.3f}); {sequences:.0f} sequences a "
+        f"step, {result['real_token_share']:.1%} of the positions real"
+        + (f", MFU over real tokens {result['mfu_real_tokens']:.1%}"
+           if peak else ""), flush=True)
+  _save(result)
+  if FLAGS.peer == "hf":
+    lengths = np.maximum(_sample_lengths(rng, FLAGS.batch_size,
+                                         FLAGS.seq_length),
+                         2 * FLAGS.predictions + 2)
+    hf_inputs, hf_labels = _batch(rng, FLAGS.batch_size, FLAGS.seq_length,
+                                  FLAGS.predictions, lengths=lengths)
+    result.update(_hf_peer(config, hf_inputs, hf_labels, FLAGS.steps))
+    result["ours_over_hf_sequences_per_s"] = (result["sequences_per_s"]
+                                              / result["hf_sequences_per_s"])
+    print(f"Hugging Face BertForPreTraining (SDPA, bf16 autocast, "
+          f"torch.compile) on {result['hf_device']}: "
+          f"{result['hf_sequences_per_s']:.0f} sequences/s; ours "
+          f"{result['ours_over_hf_sequences_per_s']:.2f}x", flush=True)
+    _save(result)
   text = json.dumps(result)
   if FLAGS.out:
     with open(FLAGS.out, "w") as f:
