@@ -70,9 +70,11 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
   # ---- distillation (training/distillation.py, docs/distillation.md)
   flags.DEFINE_string("teacher", None, "Distil: fit the outputs of this "
                       "fine-tuned run (its --output_dir; its best/ "
-                      "checkpoint when it kept one; run_embedding: also a "
-                      "checkpoint folder --init_checkpoint takes), computed "
-                      "once before training and cached in --output_dir.")
+                      "checkpoint when it kept one), or of its export "
+                      "(--export_dir; run_classifier, run_embedding); "
+                      "run_embedding: also a checkpoint folder "
+                      "--init_checkpoint takes. Computed once before "
+                      "training and cached in --output_dir.")
   flags.DEFINE_float("distill_alpha", 0.5, "With --teacher: the weight of "
                      "the distillation loss; the label loss gets 1 - alpha.")
   flags.DEFINE_float("distill_temperature", 2.0, "With --teacher: the "

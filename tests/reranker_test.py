@@ -417,3 +417,16 @@ def test_retrieve_then_rerank_block_runs(trained, served, capsys,
   expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
   assert namespace["reranked"] == expected
   assert capsys.readouterr().out.strip() == str(expected)
+
+
+def test_benchmark_without_datasets_is_one_sentence(tmp_path, monkeypatch):
+  # benchmarks/reranker_benchmark.py needs `datasets` (CrossEncoderTrainer),
+  # which no requirements file installs: one sentence with the fix, before
+  # it prepares anything. (Its --smoke run takes ~100 s: run by hand.)
+  import sys  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(sys.modules, "datasets", None)
+  last = testing.refused_input("benchmarks.reranker_benchmark", [
+      f"--work_dir={tmp_path / 'work'}", "--smoke"])
+  assert last.endswith("the datasets package, which is not installed: pip "
+                       "install datasets"), last
+  assert not (tmp_path / "work").exists()

@@ -3,9 +3,10 @@
 A student run is the teacher's command plus `--teacher=DIR` (and usually
 `--student_layers`). Before training, the teacher (the task's own model,
 built from the teacher's bert_config.json and its checkpoint: its best/ one
-when it kept one) predicts once over the rows training reads, through the
-finetuner's `predict` (each batch padded to its longest example). Its
-outputs are cached beside the run:
+when it kept one; or a run's export, through its serving_ids signature)
+predicts once over the rows training reads, through the finetuner's
+`predict` (each batch padded to its longest example). Its outputs are
+cached beside the run:
 
     output_dir/teacher_outputs.npz   the outputs, one row per training row
     output_dir/teacher_outputs.json  what they were made from (`record`):
