@@ -206,6 +206,19 @@ def test_an_export_teaches_as_its_run_does(classifier, tmp_path):
         atol=1e-4)
 
 
+def test_a_windowed_student_fits_each_windows_logits(classifier, tmp_path):
+  """--doc_stride: each training window fits the teacher's logits for that
+  window (the teacher read whole texts; here it reads the windows)."""
+  c = classifier
+  stdout = testing.run_program(ML, _student_flags(
+      c, tmp_path / "out", "--max_seq_length=16", "--doc_stride=8",
+      "--nodo_eval", "--num_train_epochs=1")).stdout
+  windows = int(re.search(r"train 48 examples \((\d+) windows\)",
+                          stdout).group(1))
+  assert windows > 48 and f"teacher outputs: {windows} rows" in stdout
+  _falls(stdout)
+
+
 # ------------------------------------------- the other programs' losses ----
 def _teacher_run(directory, task, config_file):
   """A fine-tuned run's output_dir as --teacher reads it (flags.json,
