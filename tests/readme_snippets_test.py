@@ -105,6 +105,8 @@ BLOCKS = {
         "--input_file=../shared/data/pydocs_corpus.txt \\": "pretraining",
         "python -m tfrecords.create_pretraining_data "
         "--next_sentence_prediction=false \\": "modern recipe",
+        "python -m official_bert.run_pretraining "
+        "--input_file=/tmp/pydocs_full.tfrecord \\": "packed rows",
     },
     "docs/domain-adaptation.md": {
         "python -m official_bert.extend_checkpoint "
@@ -178,6 +180,10 @@ BLOCKS = {
         "import tensorflow as tf": "list_variables",
         "python -m official_bert.quickstart --export_huggingface":
             "quickstart --export_huggingface (checked)",
+    },
+    "docs/performance.md": {
+        "python -m benchmarks.jax_gpu_step --config=base "
+        "--batch_size=64 \\": "gpu step",
     },
     "docs/export-and-serving.md": {
         "python -m export.export_tfhub "
@@ -367,6 +373,16 @@ NOT_RUN_BLOCKS = {
 # definitions (testing.check_program_flags: no run), so a renamed or removed
 # flag, or a value it no longer takes, still fails; the test named runs it.
 FLAGS_CHECKED_BLOCKS = {
+    "gpu step": (
+        "tests/jax_gpu_step_test.py::"
+        "test_the_gpu_script_runs_packed_and_fused_on_the_cpu: the same "
+        "script, packed and fused, on JAX's CPU (the block needs a GPU)"),
+    "packed rows": (
+        "tests/run_pretraining_test.py::"
+        "test_without_next_sentence_prediction_trains_evaluates_and_exports: "
+        "--next_sentence_prediction=false --pack_sequences trains and "
+        "evaluates on records of the data job's layout (the modern recipe's "
+        "records come from the block before, which runs)"),
     "classifier": (
         "tests/run_classifier_test.py::"
         "test_fine_tuning_learns_evaluates_predicts_and_resumes: "
@@ -1147,6 +1163,14 @@ def test_modern_recipe_block(world):
 def test_glue_block(glue_run):
   results = _read_results(glue_run / "eval_results.txt")
   assert {"eval_accuracy", "eval_f1", "eval_loss", "global_step"} <= set(results)
+
+
+def test_packed_rows_and_gpu_step_blocks_flags(world):
+  (command,) = _check_flags("packed rows", world)
+  assert "--pack_sequences" in command
+  assert "--next_sentence_prediction=false" in command
+  (command,) = _check_flags("gpu step", world)
+  assert "--pack" in command and "--fused_attention" in command
 
 
 def test_classifier_block_flags(world):
