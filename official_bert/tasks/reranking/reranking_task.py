@@ -438,7 +438,7 @@ class RerankingTask:
             split.inputs.items()}
 
   # ------------------------------------------ evaluation and prediction ----
-  def dev_scores(self, predict):
+  def _dev_scores(self, predict):
     """Each dev query's candidates' logits (a list of Q float arrays)."""
     split = self.splits["dev"]
     logits = predict(split.inputs)[:, 0]
@@ -449,7 +449,7 @@ class RerankingTask:
     """Each dev query's candidates reranked by the model's logits."""
     split = self.splits["dev"]
     found = candidates_lib.ranking_metrics(
-        candidates_lib.reranked(split.candidates, self.dev_scores(predict)),
+        candidates_lib.reranked(split.candidates, self._dev_scores(predict)),
         split.relevant)
     result = {f"eval_{k}": v for k, v in found.items()}
     result.update(self.retriever_metrics)
