@@ -181,7 +181,7 @@ BLOCKS = {
         "python -m official_bert.quickstart --export_huggingface":
             "quickstart --export_huggingface (checked)",
     },
-    "docs/performance.md": {
+    "docs/accelerators.md": {
         "python -m benchmarks.jax_gpu_step --config=base "
         "--batch_size=64 \\": "gpu step",
     },
