@@ -426,3 +426,92 @@ def test_run_ner_refuses_distill_data(tmp_path, classifier):
       f"--distill_data={c['distill_data']}"])
   assert ("--distill_data adds unlabelled texts, which run_ner cannot take"
           in last), last
+
+
+# ------------------------------------------------- the losses, by hand ----
+def _np_log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _np_kl(teacher, student, t):
+  p = _np_log_softmax(teacher / t)
+  return t * t * (np.exp(p) * (p - _np_log_softmax(student / t))).sum(-1)
+
+
+def test_each_tasks_distill_losses_against_numpy():
+  """The formulas, each task's, against numpy written here: T^2 KL of the
+  softened distributions (per token where tagged, start and end), the
+  per-label sigmoid KL, regression's and embeddings' squared error; the
+  label loss over the labelled rows only."""
+  from official_bert.tasks.classification import classification_task as ct  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.classification import multi_label_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.embedding import embedding_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.ner import ner_task  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.squad import squad_task  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  t = 2.5
+  student, teacher = (rng.normal(size=(3, 4)).astype(np.float32) * 3
+                      for _ in range(2))
+  labels = np.array([0, 3, 1], np.int32)
+  labelled = np.array([1.0, 0.0, 1.0], np.float32)
+
+  def run(task, *args):
+    return {k: float(v) for k, v in task.distill_losses(*args).items()}
+
+  config = ct.ClassificationConfig(data_dir="", output_dir="")
+  got = run(ct.ClassificationTask(config), labels, teacher, student, t,
+            labelled)
+  ce = -_np_log_softmax(student)[np.arange(3), labels]
+  assert got["label_loss"] == pytest.approx((ce[0] + ce[2]) / 2, rel=1e-5)
+  assert got["distill_loss"] == pytest.approx(
+      _np_kl(teacher, student, t).mean(), rel=1e-5)
+  # Regression: squared errors.
+  regression = ct.ClassificationTask(ct.ClassificationConfig(
+      data_dir="", output_dir="", task_type="regression"))
+  got = run(regression, np.array([0.5, 1.0, 2.0], np.float32),
+            teacher[:, :1], student[:, :1], t, labelled)
+  assert got["distill_loss"] == pytest.approx(
+      ((student[:, 0] - teacher[:, 0]) ** 2).mean(), rel=1e-5)
+  assert got["label_loss"] == pytest.approx(
+      ((student[0, 0] - 0.5) ** 2 + (student[2, 0] - 2.0) ** 2) / 2, rel=1e-5)
+  # Multi-label: per label, KL of the two sigmoids at T, times T^2.
+  got = run(multi_label_task.MultiLabelTask(config),
+            (rng.random((3, 4)) > 0.5).astype(np.float32), teacher, student,
+            t, labelled)
+  p, q = (1 / (1 + np.exp(-teacher / t)), 1 / (1 + np.exp(-student / t)))
+  kl = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
+  assert got["distill_loss"] == pytest.approx(t * t * kl.mean(), rel=1e-4)
+  # NER: per token where tagged; the teacher's logits cut to the batch's.
+  tokens = rng.normal(size=(2, 5, 3)).astype(np.float32)
+  full = rng.normal(size=(2, 7, 3)).astype(np.float32)  # T = 7 > 5
+  tags = np.array([[-1, 0, 2, -1, -1], [-1, 1, 1, 0, -1]], np.int32)
+  got = run(ner_task.NerTask(None), tags, full, tokens, t,
+            np.ones(2, np.float32))
+  mask = tags >= 0
+  assert got["distill_loss"] == pytest.approx(
+      _np_kl(full[:, :5], tokens, t)[mask].mean(), rel=1e-5)
+  # SQuAD: the start and end distributions, averaged.
+  starts, ends = (rng.normal(size=(2, 5)).astype(np.float32) for _ in "ab")
+  t_starts, t_ends = (rng.normal(size=(2, 7)).astype(np.float32)
+                      for _ in "ab")
+  got = run(squad_task.SquadTask(None),
+            {"start_positions": np.array([1, 2], np.int32),
+             "end_positions": np.array([2, 4], np.int32)},
+            {"start_logits": t_starts, "end_logits": t_ends},
+            {"start_logits": starts, "end_logits": ends}, t,
+            np.ones(2, np.float32))
+  assert got["distill_loss"] == pytest.approx(
+      (_np_kl(t_starts[:, :5], starts, t).mean()
+       + _np_kl(t_ends[:, :5], ends, t).mean()) / 2, rel=1e-5)
+  # Embeddings: the mean squared error of every role's vectors; no T.
+  outputs = {r: rng.normal(size=(3, 4)).astype(np.float32)
+             for r in ("anchor", "positive")}
+  targets = {r: rng.normal(size=(3, 4)).astype(np.float32)
+             for r in ("anchor", "positive")}
+  got = run(embedding_task.EmbeddingTask(None), np.zeros(3, np.int32),
+            targets, outputs, t, np.ones(3, np.float32))
+  assert got["distill_loss"] == pytest.approx(np.mean(
+      [((outputs[r] - targets[r]) ** 2).mean() for r in outputs]), rel=1e-5)
+  assert got["label_loss"] == pytest.approx(float(
+      embedding_task.ranking_losses(None, outputs)["loss"]), rel=1e-5)
