@@ -70,7 +70,7 @@ class DistillConfig:
   distill_data: the unlabelled texts' file, or None.
   """
   teacher: str
-  bert_config_file: str
+  bert_config_file: Optional[str]
   alpha: float = 0.5
   temperature: float = 2.0
   distill_data: Optional[str] = None
@@ -122,14 +122,18 @@ def export_outputs(named):
 
 
 def folder_digest(path):
-  """sha256 of every file under `path` (names and bytes, sorted)."""
-  parts = []
-  for root, _, names in sorted(os.walk(path)):
+  """sha256 of every file under `path` (names and bytes, sorted), read in
+  chunks (an export's variables may be large)."""
+  h = hashlib.sha256()
+  for root, dirs, names in os.walk(path):
+    dirs.sort()
     for name in sorted(names):
       full = os.path.join(root, name)
+      h.update(os.path.relpath(full, path).encode() + b"\0")
       with open(full, "rb") as f:
-        parts += [os.path.relpath(full, path), f.read()]
-  return digest(parts)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+          h.update(chunk)
+  return h.hexdigest()
 
 
 def run_flags(path):
