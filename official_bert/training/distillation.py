@@ -170,10 +170,12 @@ def check_run_files(teacher, files):
     except ValueError:
       same = theirs == text
     if not same:
+      fix = ("pass its --pooling" if name == "pooling.json" else
+             f"train it on data with the teacher's {name}")
       raise ValueError(
           f"--teacher {teacher}: its {name} ({theirs.strip()}) differs from "
           f"this run's ({text.strip()}); a student learns the teacher's "
-          f"outputs, so train it on data with the teacher's {name}")
+          f"outputs, so {fix}")
 
 
 # ------------------------------------------------------------- cache ----
