@@ -286,3 +286,61 @@ def test_a_killed_worker_is_one_sentence_and_a_rerun_completes(tmp_path):
   testing.run_cli(args)
   assert os.listdir(out_dir) == ["o.tfrecord"]
   assert len(_read(str(out))) > 1000
+
+
+def test_pack_sequences_writes_the_same_masked_sequences_packed(corpus,
+                                                                 tmp_path):
+  # --pack_sequences: the instances (and masks) the job writes without it,
+  # placed several to a row; each decoded sequence is one of them, whole.
+  # run_pretraining reads the rows as they are (input_sequence_ids), and
+  # refuses them with next-sentence prediction on.
+  from official_bert import cli  # pylint: disable=g-import-not-at-top
+  from official_bert.data import features  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.pretraining import pretraining_task  # pylint: disable=g-import-not-at-top
+  from official_bert.training import input_pipeline  # pylint: disable=g-import-not-at-top
+  plain, packed = str(tmp_path / "plain.tfrecord"), str(tmp_path / "p.tfrecord")
+  job = dict(next_sentence_prediction=False, short_seq_prob=0.5, dupe_factor=1)
+  cpd.create_pretraining_data(_config([corpus], [plain], **job))
+  stats = cpd.create_pretraining_data(_config([corpus], [packed],
+                                              pack_sequences=True, **job))
+  assert not features.is_packed(plain) and features.is_packed(packed)
+  q = features.record_predictions(packed)
+  assert q == P + 7
+
+  def sequences(path, predictions, is_packed):
+    out = []
+    dataset = input_pipeline.pretraining_dataset(
+        [path], 256, L, predictions, is_training=False,
+        packed_records=is_packed)
+    for inputs, labels in dataset:
+      inputs = {k: v.numpy() for k, v in inputs.items()}
+      labels = {k: v.numpy() for k, v in labels.items()}
+      ids = inputs.get("input_sequence_ids", inputs["input_mask"])
+      for r in range(len(ids)):
+        for k in range(1, ids[r].max() + 1):
+          where = np.flatnonzero(ids[r] == k)
+          start, end = where[0], where[-1] + 1
+          slots = ((labels["masked_lm_weights"][r] > 0)
+                   & (inputs["masked_lm_positions"][r] >= start)
+                   & (inputs["masked_lm_positions"][r] < end))
+          out.append((tuple(inputs["input_word_ids"][r, start:end]),
+                      tuple(inputs["input_type_ids"][r, start:end]),
+                      tuple(inputs["masked_lm_positions"][r][slots] - start),
+                      tuple(labels["masked_lm_ids"][r][slots])))
+    return sorted(out)
+
+  want = sequences(plain, P, False)
+  assert sequences(packed, q, True) == want
+  assert stats["instances"] < len(want)  # rows: fewer than the sequences
+  config = pretraining_task.PretrainingConfig(
+      input_file=packed, bert_config_file="", max_seq_length=L,
+      max_predictions_per_seq=P)
+  task = pretraining_task.PretrainingTask(config)
+  with pytest.raises(cli.Error, match="holds packed rows .* pass "
+                     "--next_sentence_prediction=false"):
+    task.load(testing.tiny_config(vocab_size=30522), seed=1)
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  task = pretraining_task.PretrainingTask(dataclasses.replace(
+      config, next_sentence_prediction=False))
+  task.load(testing.tiny_config(vocab_size=30522), seed=1)
+  assert task.packed_records and task.record_predictions == q

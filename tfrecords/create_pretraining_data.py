@@ -66,6 +66,7 @@ class JobConfig:
   masked_lm_prob: float = 0.15
   short_seq_prob: float = 0.1
   next_sentence_prediction: bool = True
+  pack_sequences: bool = False
   num_workers: int = 0
   compression: str = ""  # "" or "GZIP"
   window_tokens: int = 1 << 18
@@ -338,6 +339,7 @@ def main(argv):
         masked_lm_prob=FLAGS.masked_lm_prob,
         short_seq_prob=FLAGS.short_seq_prob,
         next_sentence_prediction=FLAGS.next_sentence_prediction,
+        pack_sequences=FLAGS.pack_sequences,
         num_workers=num_workers,
         compression="" if FLAGS.compression == "none" else FLAGS.compression,
         window_tokens=FLAGS.window_tokens)
@@ -355,12 +357,13 @@ def main(argv):
                    "bytes (bytes dropped)")
   if stats["empty_files"]:
     skipped.append(f"{stats['empty_files']} empty files")
+  rows = "packed rows" if config.pack_sequences else "instances"
   print(f"[create_pretraining_data] done: wrote {stats['instances']:,} "
-        f"instances ({stats['random_next'] / stats['instances']:.1%} random "
+        f"{rows} ({stats['random_next'] / stats['instances']:.1%} random "
         f"next) from {stats['documents']:,} documents, "
         f"{stats['sentences']:,} sentences, {stats['tokens']:,} tokens to "
         f"{len(config.output_files)} file(s) in {seconds:.1f} s "
-        f"({stats['instances'] / seconds:,.0f} instances/s)"
+        f"({stats['instances'] / seconds:,.0f} {rows}/s)"
         + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
         file=sys.stderr, flush=True)
 

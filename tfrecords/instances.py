@@ -65,6 +65,7 @@ class InstanceOptions:
   random_seed: int = 12345
   do_whole_word_mask: bool = False
   next_sentence_prediction: bool = True
+  pack_sequences: bool = False
   # bool [vocab_size]: the id is a "##" continuation piece (whole-word mask).
   continuation: np.ndarray = None
 
@@ -104,6 +105,10 @@ class InstanceOptions:
     for ok, flag, value, rule in checks:
       if not ok:
         raise ValueError(f"--{flag}={value} {rule}.")
+    if self.pack_sequences and self.next_sentence_prediction:
+      raise ValueError("--pack_sequences puts several sequences in a row, "
+                       "which has no one next-sentence label: pass "
+                       "--next_sentence_prediction=false.")
     if self.do_whole_word_mask and self.continuation is None:
       raise ValueError("do_whole_word_mask needs the vocab's continuation table.")
 
@@ -111,7 +116,8 @@ class InstanceOptions:
 # The original's flags that InstanceOptions holds, by the same names.
 FLAG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
                "short_seq_prob", "dupe_factor", "random_seed",
-               "do_whole_word_mask", "next_sentence_prediction")
+               "do_whole_word_mask", "next_sentence_prediction",
+               "pack_sequences")
 
 
 @dataclasses.dataclass
@@ -447,12 +453,39 @@ def instance_batches(window, options):
     yield _masked(window, spans[start:start + BATCH], options, rng)
 
 
+def pack_instances(batch, options):
+  """A batch of masked instances -> packed rows (features.Instances with
+  sequence_ids; data/row_packing.py: first fit decreasing over the batch,
+  each instance's tokens, segments and masks shifted to its place)."""
+  from official_bert.data import row_packing  # pylint: disable=g-import-not-at-top
+  inputs = {"input_word_ids": batch.input_ids, "input_mask": batch.input_mask,
+            "input_type_ids": batch.segment_ids,
+            "masked_lm_positions": batch.masked_lm_positions}
+  labels = {"masked_lm_ids": batch.masked_lm_ids,
+            "masked_lm_weights": batch.masked_lm_weights}
+  rows, row_labels = row_packing.pack(
+      inputs, labels, options.max_seq_length,
+      row_packing.default_row_predictions(options.max_predictions_per_seq,
+                                          row_packing.MAX_SEQUENCES_PER_ROW))
+  as_int64 = lambda a: a.astype(np.int64)  # pylint: disable=unnecessary-lambda-assignment
+  return features.Instances(
+      input_ids=as_int64(rows["input_word_ids"]),
+      input_mask=as_int64(rows["input_mask"]),
+      segment_ids=as_int64(rows["input_type_ids"]),
+      masked_lm_positions=as_int64(rows["masked_lm_positions"]),
+      masked_lm_ids=as_int64(row_labels["masked_lm_ids"]),
+      masked_lm_weights=row_labels["masked_lm_weights"],
+      next_sentence_labels=as_int64(row_labels["next_sentence_labels"]),
+      sequence_ids=as_int64(rows[row_packing.SEQUENCE_IDS]))
+
+
 def build_instances(window, options):
   """All of a window's instances as one features.Instances."""
   batches = list(instance_batches(window, options))
   return features.Instances(**{
       f.name: np.concatenate([getattr(b, f.name) for b in batches])
-      for f in dataclasses.fields(features.Instances)})
+      for f in dataclasses.fields(features.Instances)
+      if getattr(batches[0], f.name) is not None})
 
 
 def _masked(window, spans, options, rng):
@@ -506,6 +539,8 @@ def process_window(window, options, framed=False):
   """
   blobs, lengths, random_next = [], [], 0
   for batch in instance_batches(window, options):
+    if options.pack_sequences:
+      batch = pack_instances(batch, options)
     blob, batch_lengths = features.serialize_examples(batch)
     blobs.append(features.frame_records(blob, batch_lengths) if framed else blob)
     lengths.append(batch_lengths)

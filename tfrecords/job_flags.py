@@ -43,6 +43,14 @@ def define_flags(output_file_help, num_output_shards_help):
                     "max_seq_length - 2 tokens, crossing documents with a "
                     "[SEP] between them, one segment, next_sentence_labels "
                     "written as 0.")
+  flags.DEFINE_bool("pack_sequences", False,
+                    "Write packed rows: the instances of a batch of the job "
+                    "(masked as without it) placed, longest first, into "
+                    "rows of max_seq_length with room for them (at most 8 a "
+                    "row; max_predictions_per_seq + 7 masked slots), with a "
+                    "sequence_ids feature; masked-LM only, so it needs "
+                    "--next_sentence_prediction=false. run_pretraining reads "
+                    "them as they are.")
   flags.DEFINE_integer("num_output_shards", 1, num_output_shards_help)
   flags.DEFINE_enum("compression", "none", ["none", "GZIP"],
                     "Compression of the output TFRecord files.")

@@ -11,6 +11,11 @@ create_pretraining_data.py (L = max_seq_length, P = max_predictions_per_seq):
   masked_lm_weights     float [P]  1.0 per real prediction, 0.0 padding
   next_sentence_labels  int64 [1]  1 = B is a random segment, 0 = actual next
 
+Packed records (the data job's --pack_sequences: several sequences in a row,
+masked-LM only) add one feature, and their masked_lm_* hold the row's slots:
+
+  sequence_ids          int64 [L]  1, 2, ... per sequence of the row, 0 padding
+
 The writer side (`serialize_examples`, `frame_records`) is numpy and
 google-crc32c only: it hand-encodes the protobuf wire format for a whole batch
 of instances at once and frames the records as TFRecord files do, so the data
@@ -40,22 +45,31 @@ SCHEMA = (
     ("segment_ids", "int64", "seq"),
 )
 FEATURE_NAMES = tuple(name for name, _, _ in SCHEMA)
+# Packed records only; last in key order ("segment_ids" < "sequence_ids").
+PACKED_FEATURE = ("sequence_ids", "int64", "seq")
 
 
-def feature_lengths(max_seq_length, max_predictions_per_seq):
-  """{feature name: fixed length} for these flags."""
+def _schema(packed):
+  return SCHEMA + ((PACKED_FEATURE,) if packed else ())
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq, packed=False):
+  """{feature name: fixed length} for these flags (`packed`: with
+  sequence_ids)."""
   sizes = {"seq": max_seq_length, "pred": max_predictions_per_seq}
-  return {name: sizes.get(length, length) for name, _, length in SCHEMA}
+  return {name: sizes.get(length, length)
+          for name, _, length in _schema(packed)}
 
 
-def feature_spec(max_seq_length, max_predictions_per_seq):
-  """{name: tf.io.FixedLenFeature}, the original reader's parsing spec."""
+def feature_spec(max_seq_length, max_predictions_per_seq, packed=False):
+  """{name: tf.io.FixedLenFeature}, the original reader's parsing spec
+  (`packed`: packed records' too)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+  lengths = feature_lengths(max_seq_length, max_predictions_per_seq, packed)
   return {
       name: tf.io.FixedLenFeature(
           [lengths[name]], tf.float32 if kind == "float" else tf.int64)
-      for name, kind, _ in SCHEMA
+      for name, kind, _ in _schema(packed)
   }
 
 
@@ -74,12 +88,14 @@ class Instances:
   masked_lm_ids: np.ndarray
   masked_lm_weights: np.ndarray
   next_sentence_labels: np.ndarray
+  sequence_ids: np.ndarray = None  # int [N, L], packed rows only
 
   def __len__(self):
     return len(self.input_ids)
 
   def take(self, rows):
-    return Instances(**{f.name: getattr(self, f.name)[rows]
+    return Instances(**{f.name: None if getattr(self, f.name) is None
+                        else getattr(self, f.name)[rows]
                         for f in dataclasses.fields(self)})
 
 
@@ -143,7 +159,7 @@ def serialize_examples(instances):
   """
   n = len(instances)
   entries = []  # per feature: (pieces, entry length [N])
-  for name, kind, _ in SCHEMA:
+  for name, kind, _ in _schema(instances.sequence_ids is not None):
     value = np.asarray(getattr(instances, name))
     value = value.reshape(n, -1)
     if kind == "float":
@@ -259,6 +275,12 @@ def _first_examples(path, num_records=1):
   return [tf.train.Example.FromString(record) for record in first]
 
 
+def is_packed(path):
+  """Whether a TFRecord file holds packed rows (its first record has
+  sequence_ids)."""
+  return PACKED_FEATURE[0] in _first_examples(path)[0].features.feature
+
+
 def record_predictions(path):
   """max_predictions_per_seq of a TFRecord file (its first record's
   masked_lm_positions length); ValueError when it has none."""
@@ -328,9 +350,10 @@ def check_record_lengths(path, max_seq_length, max_predictions_per_seq,
   """
   examples = _first_examples(path, num_records)
   example = examples[0]
-  expected = feature_lengths(max_seq_length, max_predictions_per_seq)
+  packed = PACKED_FEATURE[0] in example.features.feature
+  expected = feature_lengths(max_seq_length, max_predictions_per_seq, packed)
   flag_of = {"seq": "--max_seq_length", "pred": "--max_predictions_per_seq"}
-  for name, kind, length_key in SCHEMA:
+  for name, kind, length_key in _schema(packed):
     if name not in example.features.feature:
       raise ValueError(f"TFRecord file {path} lacks the feature {name}; "
                        "pass a file written by create_pretraining_data.py.")

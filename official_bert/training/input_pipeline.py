@@ -65,6 +65,8 @@ def _decode(record, spec):
             "input_mask": example["input_mask"],
             "input_type_ids": example["segment_ids"],
             "masked_lm_positions": example["masked_lm_positions"]}
+  if "sequence_ids" in example:  # packed records (features.PACKED_FEATURE)
+    inputs["input_sequence_ids"] = example["sequence_ids"]
   labels = {"masked_lm_ids": example["masked_lm_ids"],
             "masked_lm_weights": example["masked_lm_weights"],
             "next_sentence_labels": tf.reshape(
@@ -115,7 +117,8 @@ def pack_rows(dataset, max_seq_length, row_predictions, window=1000,
 def pretraining_dataset(files, batch_size, max_seq_length,
                         max_predictions_per_seq, is_training,
                         input_context=None, seed=None, shuffle_buffer=1000,
-                        masking=None, row_predictions=None):
+                        masking=None, row_predictions=None,
+                        packed_records=False):
   """The dataset of one input pipeline (see the module docstring).
 
   Args:
@@ -135,8 +138,11 @@ def pretraining_dataset(files, batch_size, max_seq_length,
     row_predictions: None reads one record per row; a number packs the
       records into rows of several sequences with that many masked slots
       (`pack_rows`; masked-LM only).
+    packed_records: the files hold rows packed by the data job
+      (--pack_sequences: `sequence_ids`, read as input_sequence_ids).
   """
-  spec = features.feature_spec(max_seq_length, max_predictions_per_seq)
+  spec = features.feature_spec(max_seq_length, max_predictions_per_seq,
+                               packed=packed_records)
   compression = features.compression_of(files[0])
   dynamic = masking is not None and is_training
   # (file, its index in `files`): the index is part of a record's mask key.
@@ -199,7 +205,8 @@ def pretraining_dataset(files, batch_size, max_seq_length,
 
 def pretraining_dataset_fn(files, global_batch_size, max_seq_length,
                            max_predictions_per_seq, is_training, seed=None,
-                           masking=None, row_predictions=None):
+                           masking=None, row_predictions=None,
+                           packed_records=False):
   """A `dataset_fn(input_context)` for `distribute_datasets_from_function`."""
 
   def dataset_fn(input_context=None):
@@ -209,6 +216,6 @@ def pretraining_dataset_fn(files, global_batch_size, max_seq_length,
     return pretraining_dataset(
         files, batch, max_seq_length, max_predictions_per_seq, is_training,
         input_context=input_context, seed=seed, masking=masking,
-        row_predictions=row_predictions)
+        row_predictions=row_predictions, packed_records=packed_records)
 
   return dataset_fn

@@ -147,6 +147,20 @@ def out_of_vocab_sentence(message, config, vocab_size):
           "is kept).")
 
 
+def _check_packed_records(config, path):
+  """Packed records (the data job's --pack_sequences) train masked-LM only,
+  with their own masks: ValueError naming the flag otherwise."""
+  if config.next_sentence_prediction:
+    raise ValueError(f"--input_file {path} holds packed rows (several "
+                     "sequences a row, written with --pack_sequences), which "
+                     "have no next-sentence labels: pass "
+                     "--next_sentence_prediction=false.")
+  if config.masking == "dynamic":
+    raise ValueError(f"--input_file {path} holds packed rows, masked per "
+                     "sequence by the data job: drop --masking=dynamic (or "
+                     "write the records unpacked and pass --pack_sequences).")
+
+
 @contextlib.contextmanager
 def record_errors(config, vocab_size):
   """A corrupt record, or a token id past the vocabulary, met while reading
@@ -182,6 +196,7 @@ class PretrainingTask:
     self.files = []
     self.record_predictions = config.max_predictions_per_seq
     self.masking = None
+    self.packed_records = False
 
   def load(self, bert_config, seed):
     """Finds input_file's records and checks them against the model
@@ -196,7 +211,11 @@ class PretrainingTask:
       # written with any number of predictions.
       record_predictions = config.max_predictions_per_seq
       masking = None
-      if config.masking == "dynamic":
+      packed = features.is_packed(files[0])
+      if packed:  # the data job's --pack_sequences: masked-LM only
+        _check_packed_records(config, files[0])
+        record_predictions = features.record_predictions(files[0])
+      elif config.masking == "dynamic":
         record_predictions = features.record_predictions(files[0])
         masking = dynamic_masking.options_from_vocab(
             config.vocab_file, config.masked_lm_prob,
@@ -214,13 +233,17 @@ class PretrainingTask:
           "for.")
     self.files, self.record_predictions, self.masking = (
         files, record_predictions, masking)
+    self.packed_records = packed
 
   def run_files(self):
     return {}
 
   def log_start(self, run_description):
     print(f"{len(self.files)} input files, {run_description}", flush=True)
-    if self.config.pack_sequences:
+    if self.packed_records:
+      print(f"The records hold packed rows ({self.record_predictions} masked "
+            "slots; masked-LM only)", flush=True)
+    elif self.config.pack_sequences:
       print(f"Packing the records into rows of up to "
             f"{self.config.max_seq_length} positions and "
             f"{self._row_predictions()} masked slots (masked-LM only)",
@@ -252,12 +275,14 @@ class PretrainingTask:
     return input_pipeline.pretraining_dataset_fn(
         self.files, batch_size, self.config.max_seq_length,
         self.record_predictions, is_training=True, seed=seed,
-        masking=self.masking, row_predictions=self._row_predictions())
+        masking=self.masking, row_predictions=self._row_predictions(),
+        packed_records=self.packed_records)
 
   def _row_predictions(self):
-    """The masked slots of a packed row (None: one record per row)."""
+    """The masked slots of a row packed while reading (None: one record
+    per row, or records the data job packed)."""
     from official_bert.data import row_packing  # pylint: disable=g-import-not-at-top
-    if not self.config.pack_sequences:
+    if not self.config.pack_sequences or self.packed_records:
       return None
     return row_packing.default_row_predictions(
         self.record_predictions, row_packing.MAX_SEQUENCES_PER_ROW)
@@ -271,7 +296,8 @@ class PretrainingTask:
     eval_fn = input_pipeline.pretraining_dataset_fn(
         self.files, config.eval_batch_size, config.max_seq_length,
         self.record_predictions, is_training=False,
-        row_predictions=self._row_predictions())
+        row_predictions=self._row_predictions(),
+        packed_records=self.packed_records)
     sums = evaluate(eval_fn, eval_sums, config.max_eval_steps)
     return eval_results(sums, step), sums["eval_steps"]
 
