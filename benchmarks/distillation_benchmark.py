@@ -1,0 +1,292 @@
+"""Distillation: the teacher, its distilled student, the student without a teacher, Hugging Face's.
+
+From one pretrained BERT (a converted checkpoint folder, e.g. all-MiniLM-L6-v2
+converted by `python -m official_bert.convert_checkpoint`, and the same
+model as a Hugging Face directory), on a classification task in
+run_classifier's `--task_data_dir` layout (train.tsv, dev.tsv:
+`sentence<TAB>label`; default: the short-sentence task of tools/short_task.py
+written from the shared corpus), each row trains with the same batch, epochs,
+rate, warmup, decay and length, in turns, for every seed:
+
+  teacher         `run_classifier` from --init_checkpoint, all its layers
+  distilled       the teacher's command plus `--student_layers=L
+                  --teacher=<the teacher of seed 1>` (soft targets at
+                  --distill_temperature, mixed by --distill_alpha)
+  student         the same student layers, labels only (no --teacher)
+  hf_student      transformers' `Trainer` on `BertForSequenceClassification`
+                  from --hf_model with the same layers kept, labels only
+
+It prints each row's dev accuracy (mean of the seeds and the spread), its
+training time (the "Trained steps" line's seconds; Trainer's train_runtime),
+and, for our rows, the export's one text p50 (ms) and batch 32 texts/s as
+served (`serving_default`, raw text in, loaded in this process, library
+default threads); for hf_student the same through `BertTokenizerFast` and
+torch.
+
+    python -m benchmarks.distillation_benchmark --work_dir=/tmp/distill \
+        --init_checkpoint=minilm --hf_model=/path/to/all-MiniLM-L6-v2 \
+        --student_layers=0,2,4
+    python -m benchmarks.distillation_benchmark --smoke --work_dir=/tmp/ds  # tiny
+
+--smoke: a tiny random 4-layer model (pretrained for no steps: the teacher
+starts from random weights) and 400 training sentences: checks the script
+end to end in a few minutes, measures nothing worth reporting.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+flags.DEFINE_string("work_dir", None, "Runs, exports and the task go here.")
+flags.DEFINE_string("task_data_dir", None, "A classification task "
+                    "(train.tsv, dev.tsv with sentence, label); default: "
+                    "tools/short_task.py's, written to work_dir/task.")
+flags.DEFINE_string("init_checkpoint", None, "The pretrained model (a "
+                    "folder with bert_config.json, vocab.txt, the checkpoint).")
+flags.DEFINE_string("hf_model", None, "The same model as a Hugging Face "
+                    "directory (for hf_student; unset: no hf_student row).")
+flags.DEFINE_string("student_layers", "0,2,4", "The layers students keep.")
+flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds, in turns.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak rate, every row.")
+flags.DEFINE_float("num_train_epochs", 3, "Epochs, every row.")
+flags.DEFINE_integer("train_batch_size", 32, "Batch, every row.")
+flags.DEFINE_integer("max_seq_length", 128, "Length, every row.")
+flags.DEFINE_float("distill_alpha", 0.5, "The distilled row's --distill_alpha.")
+flags.DEFINE_float("distill_temperature", 2.0, "Its --distill_temperature.")
+flags.DEFINE_integer("train_examples", 4000, "Default task: training "
+                     "sentences.")
+flags.DEFINE_integer("dev_examples", 1000, "Default task: dev sentences.")
+flags.DEFINE_integer("latency_calls", 200, "One-text calls timed per export.")
+flags.DEFINE_bool("smoke", False, "A tiny random model and task (see the "
+                  "module docstring).")
+FLAGS = flags.FLAGS
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
+
+
+def _run(argv, log):
+  """`python -m argv...`; its output; SystemExit with the tail on failure."""
+  with open(log, "w") as f:
+    status = subprocess.run([sys.executable, "-m"] + argv, stdout=f,
+                            stderr=subprocess.STDOUT, cwd=ROOT, check=False)
+  with open(log) as f:
+    text = f.read()
+  if status.returncode:
+    raise SystemExit(f"{argv[0]} failed ({log}):\n{text[-3000:]}")
+  return text
+
+
+def _write_task(work, vocab):
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from tools import short_task  # pylint: disable=g-import-not-at-top
+  task = os.path.join(work, "task")
+  os.makedirs(task, exist_ok=True)
+  tokenizer = tokenization.FullTokenizer(vocab, True)
+  train, dev = short_task.classification_data(
+      "short", tokenizer, FLAGS.train_examples, FLAGS.dev_examples, seed=0)
+  short_task.write_tsv(os.path.join(task, "train.tsv"), train)
+  short_task.write_tsv(os.path.join(task, "dev.tsv"), dev)
+  return task
+
+
+def _smoke_model(work):
+  """A tiny random 'pretrained' folder (bert_config.json, vocab.txt and a
+  checkpoint of a 0-step pretraining run) and its Hugging Face directory."""
+  folder = os.path.join(work, "tiny")
+  if os.path.exists(os.path.join(folder, "bert_config.json")):
+    return folder, os.path.join(work, "tiny_hf")
+  os.makedirs(folder, exist_ok=True)
+  config = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=4,
+                num_attention_heads=2, intermediate_size=128,
+                hidden_act="gelu", hidden_dropout_prob=0.1,
+                attention_probs_dropout_prob=0.1, max_position_embeddings=128,
+                type_vocab_size=2, initializer_range=0.02)
+  with open(os.path.join(folder, "bert_config.json"), "w") as f:
+    json.dump(config, f)
+  from official_bert import configs  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import encoder  # pylint: disable=g-import-not-at-top
+  from official_bert.training import release_folder  # pylint: disable=g-import-not-at-top
+  bert_config = configs.BertConfig.from_json_file(
+      os.path.join(folder, "bert_config.json"))
+  release_folder.write(folder, encoder.BertEncoder.from_bert_config(
+      bert_config), bert_config, vocab=VOCAB)
+  hf = os.path.join(work, "tiny_hf")
+  _run(["export.export_checkpoint", "--format=huggingface",
+        f"--init_checkpoint={folder}",
+        f"--bert_config_file={os.path.join(folder, 'bert_config.json')}",
+        f"--vocab_file={os.path.join(folder, 'vocab.txt')}",
+        f"--export_dir={hf}"], os.path.join(work, "tiny_hf.log"))
+  return folder, hf
+
+
+def _ours(work, name, seed, task, model, extra):
+  out = os.path.join(work, f"{name}-seed{seed}")
+  export = out + "-export"
+  for old in (out, export):  # each run from scratch (not resumed)
+    shutil.rmtree(old, ignore_errors=True)
+  log = _run(["official_bert.run_classifier", f"--task_data_dir={task}",
+              "--text_column=sentence", "--label_column=label",
+              f"--bert_config_file={os.path.join(model, 'bert_config.json')}",
+              f"--vocab_file={os.path.join(model, 'vocab.txt')}",
+              f"--init_checkpoint={model}", "--do_train", "--do_eval",
+              f"--max_seq_length={FLAGS.max_seq_length}",
+              f"--train_batch_size={FLAGS.train_batch_size}",
+              f"--learning_rate={FLAGS.learning_rate}",
+              f"--num_train_epochs={FLAGS.num_train_epochs}",
+              f"--seed={seed}", f"--output_dir={out}",
+              f"--export_dir={export}"] + extra, out + ".log")
+  with open(os.path.join(out, "eval_results.txt")) as f:
+    results = dict(line.strip().split(" = ") for line in f)
+  seconds = re.search(r"^Trained steps .* in ([\d.]+) s", log, re.M)
+  return {"accuracy": float(results["eval_accuracy"]),
+          "train_s": float(seconds.group(1)) if seconds else float("nan"),
+          "export": os.path.join(export, "1"), "output_dir": out,
+          "teacher_accuracy": float(results.get("teacher_eval_accuracy",
+                                                "nan"))}
+
+
+def _hf_student(work, seed, task, hf_model, layers):
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(os.cpu_count() or 1)
+  tokenizer = transformers.BertTokenizerFast.from_pretrained(hf_model)
+
+  def split(name):
+    rows = [line.rstrip("\n").split("\t") for line in
+            open(os.path.join(task, f"{name}.tsv"), encoding="utf-8")][1:]
+    return rows
+
+  train, dev = split("train"), split("dev")
+  labels = sorted({label for _, label in train})
+  model = transformers.BertForSequenceClassification.from_pretrained(
+      hf_model, num_labels=len(labels))
+  keep = [int(i) for i in layers.split(",")]
+  model.bert.encoder.layer = torch.nn.ModuleList(
+      [model.bert.encoder.layer[i] for i in keep])
+  model.config.num_hidden_layers = len(keep)
+
+  def dataset(rows):  # a list of features: what Trainer's loader takes
+    encoded = tokenizer([text for text, _ in rows], truncation=True,
+                        max_length=FLAGS.max_seq_length)
+    return [dict({k: v[i] for k, v in encoded.items()},
+                 labels=labels.index(label))
+            for i, (_, label) in enumerate(rows)]
+
+  train_set = dataset(train)
+  steps = int(len(train_set) / FLAGS.train_batch_size * FLAGS.num_train_epochs)
+  args = transformers.TrainingArguments(
+      output_dir=os.path.join(work, f"hf_student-seed{seed}"),
+      per_device_train_batch_size=FLAGS.train_batch_size,
+      per_device_eval_batch_size=64, learning_rate=FLAGS.learning_rate,
+      num_train_epochs=FLAGS.num_train_epochs,
+      warmup_steps=int(steps * 0.1), weight_decay=0.01, max_grad_norm=1.0,
+      seed=int(seed), report_to=[], save_strategy="no",
+      logging_strategy="no", disable_tqdm=True, use_cpu=True)
+  trainer = transformers.Trainer(
+      model=model, args=args, train_dataset=train_set,
+      data_collator=transformers.DataCollatorWithPadding(tokenizer))
+  result = trainer.train()
+  predictions = trainer.predict(dataset(dev)).predictions.argmax(-1)
+  gold = np.array([labels.index(label) for _, label in dev])
+  model.eval()
+  texts = [text for text, _ in dev]
+
+  def serve(batch):
+    with torch.no_grad():
+      return model(**tokenizer(batch, return_tensors="pt", padding=True,
+                               truncation=True,
+                               max_length=FLAGS.max_seq_length)).logits
+
+  p50, rate = _latency(serve, texts)
+  return {"accuracy": float((predictions == gold).mean()),
+          "train_s": float(result.metrics["train_runtime"]), "p50_ms": p50,
+          "batch32_texts_per_s": rate}
+
+
+def _latency(serve, texts):
+  """(one text p50 in ms, batch-32 texts/s) of `serve(list of texts)`."""
+  for text in texts[:10]:
+    serve([text])
+  times = []
+  for i in range(FLAGS.latency_calls):
+    start = time.perf_counter()
+    serve([texts[i % len(texts)]])
+    times.append(time.perf_counter() - start)
+  batches = [texts[i:i + 32] for i in range(0, min(len(texts), 320), 32)]
+  serve(batches[0])
+  start = time.perf_counter()
+  for batch in batches:
+    serve(batch)
+  return (float(np.median(times) * 1e3),
+          sum(len(b) for b in batches) / (time.perf_counter() - start))
+
+
+def _served(export, texts):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  signature = tf.saved_model.load(export).signatures["serving_default"]
+  return _latency(lambda batch: signature(text=tf.constant(batch)), texts)
+
+
+def main(argv):
+  del argv
+  work = FLAGS.work_dir
+  os.makedirs(work, exist_ok=True)
+  if FLAGS.smoke:
+    model, hf_model = _smoke_model(work)
+  else:
+    if not FLAGS.init_checkpoint:
+      raise app.UsageError("--init_checkpoint is required (or --smoke).")
+    model, hf_model = FLAGS.init_checkpoint, FLAGS.hf_model
+  task = FLAGS.task_data_dir or _write_task(work, os.path.join(model,
+                                                                "vocab.txt"))
+  print(f"load average {os.getloadavg()[0]:.2f}; task {task}; model {model}; "
+        f"student layers {FLAGS.student_layers}", flush=True)
+  rows = {name: [] for name in ("teacher", "distilled", "student",
+                                "hf_student")}
+  teacher_dir = None
+  for seed in FLAGS.seeds:  # in turns
+    teacher = _ours(work, "teacher", seed, task, model, [])
+    rows["teacher"].append(teacher)
+    teacher_dir = teacher_dir or teacher["output_dir"]
+    student = ["--student_layers=" + FLAGS.student_layers]
+    rows["distilled"].append(_ours(
+        work, "distilled", seed, task, model, student + [
+            f"--teacher={teacher_dir}",
+            f"--distill_alpha={FLAGS.distill_alpha}",
+            f"--distill_temperature={FLAGS.distill_temperature}"]))
+    rows["student"].append(_ours(work, "student", seed, task, model, student))
+    if hf_model:
+      rows["hf_student"].append(_hf_student(work, seed, task, hf_model,
+                                            FLAGS.student_layers))
+    print(f"seed {seed}: " + ", ".join(
+        f"{name} {runs[-1]['accuracy']:.4f}" for name, runs in rows.items()
+        if runs), flush=True)
+  dev = [line.split("\t")[0] for line in
+         open(os.path.join(task, "dev.tsv"), encoding="utf-8")][1:]
+  print(f"{'row':<12} {'dev accuracy':>22} {'train s':>9} {'p50 ms':>8} "
+        f"{'b32 texts/s':>12}")
+  for name, runs in rows.items():
+    if not runs:
+      continue
+    accuracy = [r["accuracy"] for r in runs]
+    if "export" in runs[0]:
+      p50, rate = _served(runs[0]["export"], dev)
+    else:
+      p50, rate = runs[0]["p50_ms"], runs[0]["batch32_texts_per_s"]
+    print(f"{name:<12} {np.mean(accuracy):>9.4f} (spread {np.ptp(accuracy):.4f})"
+          f" {np.mean([r['train_s'] for r in runs]):>9.1f} {p50:>8.2f} "
+          f"{rate:>12.1f}", flush=True)
+  print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
