@@ -147,3 +147,42 @@ def test_the_fine_tuning_programs_ask_for_onednn_before_tensorflow(
   finetuner.load_config_and_vocab(config_file, testing.VOCAB,
                                   do_lower_case=True, max_seq_length=16)
   assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
+
+
+def test_fine_tuning_splits_the_cpu_before_its_tokenizer_starts_tensorflow(
+    monkeypatch, tmp_path):
+  """--num_cpu_devices with a fine-tuning program: the logical devices are
+  made before the tokenizer's first op (after it, TensorFlow refuses:
+  "Virtual devices cannot be modified after being initialized")."""
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert.training import finetuner  # pylint: disable=g-import-not-at-top
+  testing.require_shared_data()
+  events = []
+  monkeypatch.setattr(distribution, "split_cpu",
+                      lambda n: events.append(("split", n)))
+  real = tokenization.FullTokenizer
+  monkeypatch.setattr(tokenization, "FullTokenizer", lambda *a, **k: (
+      events.append(("tokenizer",)), real(*a, **k))[1])
+  config_file = str(tmp_path / "bert_config.json")
+  testing.tiny_config(vocab_size=30522).to_json_file(config_file)
+  finetuner.load_config_and_vocab(config_file, testing.VOCAB, True, 16,
+                                  num_cpu_devices=2)
+  assert events == [("split", 2), ("tokenizer",)]
+
+  # read_and_run passes the run's --num_cpu_devices.
+  class Stop(Exception):
+    pass
+
+  def load(*args):
+    events.append(("load", args[-1]))
+    raise Stop
+
+  monkeypatch.setattr(finetuner, "load_config_and_vocab", load)
+  task = type("Task", (), {"read": lambda self: None})()
+  config = type("Config", (), {"num_cpu_devices": 3})()
+  with pytest.raises(Stop):
+    finetuner.read_and_run(task, lambda n: config, bert_config_file="c",
+                           vocab_file="v", do_lower_case=True,
+                           max_seq_length=8)
+  assert events[-1] == ("load", 3)

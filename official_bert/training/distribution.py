@@ -88,6 +88,9 @@ def split_cpu(num_devices):
   (`--distribution_strategy=mirrored --num_gpus=0`).
   """
   cpus = tf.config.list_physical_devices("CPU")
+  configured = tf.config.get_logical_device_configuration(cpus[0])
+  if configured is not None and len(configured) == num_devices:
+    return  # split already (a fine-tuning run does it before its tokenizer)
   tf.config.set_logical_device_configuration(
       cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
 

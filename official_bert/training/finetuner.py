@@ -328,7 +328,8 @@ def predict(model, inputs, batch_size, multiple=None, fill=0.0, step=None,
 
 
 def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
-                          max_seq_length, student_layers=None):
+                          max_seq_length, student_layers=None,
+                          num_cpu_devices=1):
   """(BertConfig, FullTokenizer) of `bert_config_file` and `vocab_file`,
   checked against each other and `max_seq_length` (cli.Error: one sentence
   naming the flag); with `student_layers`, the config is the student's
@@ -336,7 +337,9 @@ def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
   (`cli.start_tensorflow`: without its start-up lines; the tokenizer needs
   it), so a program calls it after checking its data files. TensorFlow
   loads with its oneDNN rewrites on (`cpu_allocator.use_onednn`) unless the
-  user said otherwise."""
+  user said otherwise; with `num_cpu_devices` > 1 the CPU is split into
+  that many logical devices first (`distribution.split_cpu`: after the
+  tokenizer's first op TensorFlow refuses)."""
   from official_bert import configs  # pylint: disable=g-import-not-at-top
   from official_bert.training import cpu_allocator  # pylint: disable=g-import-not-at-top
   try:
@@ -353,6 +356,9 @@ def load_config_and_vocab(bert_config_file, vocab_file, do_lower_case,
     config = student_config(config, student_layers, bert_config_file)
   cpu_allocator.use_onednn()
   cli.start_tensorflow()
+  if num_cpu_devices > 1:  # before the tokenizer starts TensorFlow's runtime
+    from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+    distribution.split_cpu(num_cpu_devices)
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   try:
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
@@ -403,7 +409,7 @@ def read_and_run(task, driver_config, *, bert_config_file, vocab_file,
     raise cli.Error(data_error(e)) from None
   bert_config, tokenizer = load_config_and_vocab(
       bert_config_file, vocab_file, do_lower_case, max_seq_length,
-      student_layers)
+      student_layers, driver_config(0).num_cpu_devices)
   try:
     task.encode(tokenizer, max_seq_length)
   except ValueError as e:
