@@ -141,6 +141,8 @@ BLOCKS = {
     "docs/search.md": {
         "python -m tools.retrieval_task --out_dir=/tmp/hard_pairs --train=2000 "
         "--dev=500 --next_sentence": "hard negatives",
+        "python -m official_bert.run_embedding --task_data_dir=/tmp/hard_pairs "
+        "\\": "large batches",
         "python -m export.export_saved_model --bert_config_file=minilm/"
         "bert_config.json \\": "reranker",
         "import numpy as np": "retrieve then rerank (run by reranker_test)",
@@ -1219,6 +1221,14 @@ def test_search_block_flags(world):
   assert "--next_sentence" in make
   assert f"--task_data_dir={out_dir} " in run
   assert "--mine_hard_negatives=3" in run
+
+
+def test_large_batches_block_flags(world):
+  cached, replicas = _check_flags("large batches", world)
+  # GradCache on one device, then on two replicas sharing negatives.
+  for run in (cached, replicas):
+    assert "--train_batch_size=256 --mini_batch_size=32" in run, run
+  assert "--distribution_strategy=mirrored" in replicas
 
 
 def test_reranker_block_flags(world):
