@@ -159,76 +159,71 @@ def test_a_mini_batch_that_does_not_divide_the_batch_is_one_sentence(
 
 
 # Runs in a subprocess: the CPU is split into 2 logical devices before
-# TensorFlow starts. One step of the Trainer on the same global batch of 8
-# pairs (anchor, positive, negative; dropout off, no clipping), its
-# gradient read from Adam's first moment ((1 - beta_1) g after one step) as
-# trainer_test's replicas test does, on MirroredStrategy's 2 replicas (4
-# pairs each) with --mini_batch_size 2 (GradCache, whose loss reads the
-# gathered candidates as the plain step's does: one test for both, a
-# Trainer run costs ~5 s); one replica's loss and gradient by hand (a tape
-# over the 8).
+# TensorFlow starts. On MirroredStrategy's 2 replicas (4 pairs each; dropout
+# off), train_step.replica_gradients with the task's InBatchLoss and
+# --mini_batch_size 2 (GradCache, whose loss reads the gathered candidates
+# as the plain step's does), all-reduced as make_train_loop all-reduces
+# them; one replica's loss and gradient over the same 8 pairs by hand (a
+# tape). (Not through the Trainer: its XLA-compiled loss and update cost
+# several seconds and test nothing more here.)
 _REPLICAS_SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json
     import numpy as np
     from official_bert.training import distribution
     distribution.split_cpu(2)
     import keras, tensorflow as tf
     from official_bert.modeling import sentence_embedder
     from official_bert.tasks.embedding import embedding_task
-    from official_bert.training import optimization, trainer
     from official_bert.training import task as task_lib
+    from official_bert.training import train_step
     from tests import gradcache_test, testing
 
-    out = sys.argv[1]
     config = testing.tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0,
                                  attention_probs_dropout_prob=0.0)
-    data = gradcache_test._inputs(8, seed=1)
+    inputs, labels = gradcache_test._inputs(8, seed=1)
 
-    def train(strategy, name, mini=0):
-      def dataset_fn(context):
-        return tf.data.Dataset.from_tensor_slices(data).batch(
-            context.get_per_replica_batch_size(8), drop_remainder=True).repeat()
+    def build():
       keras.utils.set_random_seed(1)
-      with strategy.scope():
-        model = sentence_embedder.BertSentenceEmbedder.from_bert_config(
-            config)
-        optimizer = optimization.create_optimizer("adamw", 1e-2, 10)
-      t = trainer.Trainer(
-          strategy, model, optimizer, embedding_task.ranking_losses,
-          trainer.TrainConfig(
-              output_dir=f"{out}/{name}", num_train_steps=1, steps_per_loop=1,
-              max_grad_norm=0.0, in_batch_loss=task_lib.InBatchLoss(
-                  ("anchor",), mini)),
-          metric_fn=embedding_task.ranking_metric_counts, log=lambda _: None)
-      result = t.train(dataset_fn)
-      assert not result.preempted and result.step == 1, name
-      inner = getattr(optimizer, "inner_optimizer", optimizer)
-      return ([m.numpy() / 0.1 for m in inner._momentums], result.metrics)
+      return sentence_embedder.BertSentenceEmbedder.from_bert_config(config)
 
-    def by_hand():
-      # One replica: the loss over the 8 pairs, its gradient through a tape.
-      keras.utils.set_random_seed(1)
-      model = sentence_embedder.BertSentenceEmbedder.from_bert_config(config)
-      with tf.GradientTape() as tape:
-        loss = embedding_task.ranking_losses(
-            None, model(data[0], training=True))["loss"]
-      # The pooler, which no embedding reads, gets no update: moments 0.
-      return ([np.zeros(v.shape) if g is None else tf.convert_to_tensor(
-          g).numpy() for g, v in zip(tape.gradient(
-              loss, model.trainable_variables), model.trainable_variables)],
-              float(loss))
+    # One replica: the loss over the 8 pairs, its gradient through a tape.
+    model = build()
+    with tf.GradientTape() as tape:
+      loss = embedding_task.ranking_losses(None, model(inputs, training=True))
+    one = [None if g is None else tf.convert_to_tensor(g).numpy()
+           for g in tape.gradient(loss["loss"], model.trainable_variables)]
 
-    mirrored = lambda: distribution.get_strategy("mirrored", num_gpus=0)
-    one, one_loss = by_hand()
-    two, two_metrics = train(mirrored(), "two", mini=2)
+    strategy = distribution.get_strategy("mirrored", num_gpus=0)
+    with strategy.scope():
+      model, optimizer = build(), keras.optimizers.SGD()
+    dataset = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors((inputs, labels)).unbatch().batch(8))
+
+    @tf.function(autograph=False)
+    def step(batch):
+      def replica(x, y):
+        grads, losses, _ = train_step.replica_gradients(
+            model, optimizer, gradcache_test._losses_and_metrics, [(x, y)],
+            2, in_batch_loss=task_lib.InBatchLoss(("anchor",), 2))
+        present = [g for g in grads if g is not None]
+        reduced = iter(tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, present))
+        return ([None if g is None else next(reduced) for g in grads],
+                losses["loss"])
+      grads, losses = strategy.run(replica, args=batch)
+      return (strategy.experimental_local_results(grads)[0],
+              strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, None))
+
+    two, two_loss = step(next(iter(dataset)))
     print(json.dumps({
-        "replicas": mirrored().num_replicas_in_sync,
-        "loss": [one_loss, two_metrics["loss"]],
-        "two_vs_one": gradcache_test._relative(one, two)}))
+        "replicas": strategy.num_replicas_in_sync,
+        "loss": [float(loss["loss"]), float(two_loss)],
+        "two_vs_one": gradcache_test._relative(
+            one, [None if g is None else g.numpy() for g in two])}))
 """)
 
 
-def test_two_replicas_share_their_negatives(tmp_path):
+def test_two_replicas_share_their_negatives():
   """Two logical CPU devices (MirroredStrategy, 4 pairs each) give the one
   replica's loss and gradient over the batch of 8 (within 1e-5): each
   replica's anchors score against both replicas' positives and negatives
@@ -237,8 +232,7 @@ def test_two_replicas_share_their_negatives(tmp_path):
   gradient cached). Bugs caught: replicas not gathering (each anchor
   against 8 candidates, not 16), the gathered rows in replica order
   (replica 1's anchors' targets off by 4)."""
-  proc = testing.run_cli(["-c", _REPLICAS_SCRIPT, str(tmp_path)],
-                         timeout=600)
+  proc = testing.run_cli(["-c", _REPLICAS_SCRIPT], timeout=600)
   report = json.loads(proc.stdout.strip().splitlines()[-1])
   assert report["replicas"] == 2
   assert report["loss"][1] == pytest.approx(report["loss"][0], rel=1e-5)
