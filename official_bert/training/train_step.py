@@ -6,7 +6,11 @@ all-reduce), clipped by their global norm (`max_grad_norm`, the same on 1 or
 N replicas), applied by the optimizer (a `LossScaleOptimizer` under
 mixed_float16 unscales and skips non-finite steps). The inner loop runs
 `num_steps` of them inside one `tf.function` (`strategy.run` per step) and
-returns the summed losses and metrics.
+returns the summed losses and metrics. A loss that scores each example
+against the whole batch (a training/task.py `InBatchLoss`: embedding's
+in-batch negatives) reads the candidates of every replica
+(`gather_candidates`) and, with a mini-batch size, gets GradCache's
+gradient, computed a chunk at a time (`cached_gradients`).
 
 What XLA compiles:
 - the losses and metrics (except when XLA compiles the whole model anyway:
@@ -122,11 +126,12 @@ def seed_states(model):
 
 def gather_candidates(outputs, own_outputs):
   """`outputs` (a dict of [B, ...] per replica) with every key but
-  `own_outputs` all-gathered from every replica, this replica's B rows first
-  and the others' after them in replica order: an example's own candidate
-  keeps its row, so the loss is unchanged, and each replica's examples score
-  against the global batch's candidates. all_gather's gradient sums every
-  replica's share back to the replica whose rows they are."""
+  `own_outputs` all-gathered from every replica, rotated so that replica
+  r's B rows come first (then r + 1's, ..., 0's, ..., r - 1's): an
+  example's own candidate keeps its row, so the loss is unchanged, and each
+  replica's examples score against the global batch's candidates.
+  all_gather's gradient sums every replica's share back to the replica whose
+  rows they are."""
   context = tf.distribute.get_replica_context()
   gathered = dict(outputs)
   for key, value in outputs.items():
