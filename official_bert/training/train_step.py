@@ -171,8 +171,16 @@ def cached_gradients(model, loss_fn, inputs, labels, chunk, call_kwargs):
   count = size // chunk
 
   def rows(tensors, i):
-    return [tf.ensure_shape(t[i * chunk:(i + 1) * chunk],
-                            [chunk] + list(t.shape[1:])) for t in tensors]
+    """Chunk i's rows of each [size, ...] tensor (a slice of static size:
+    XLA compiles it as a dynamic slice)."""
+    pieces = []
+    for t in tensors:
+      rest = tf.shape(t)[1:]
+      piece = tf.slice(t, tf.concat([[i * chunk], tf.zeros_like(rest)], 0),
+                       tf.concat([[chunk], rest], 0))
+      piece.set_shape([chunk] + list(t.shape[1:]))
+      pieces.append(piece)
+    return pieces
 
   def chunk_outputs(i):
     """Chunk i's outputs (flat), the seed generators' state read first."""
@@ -200,9 +208,9 @@ def cached_gradients(model, loss_fn, inputs, labels, chunk, call_kwargs):
   _, starts, parts = tf.while_loop(
       lambda i, *_: i < count, embed, (tf.constant(1), starts, parts),
       parallel_iterations=1)
-  outputs = tf.nest.pack_sequence_as(first, [
-      tf.ensure_shape(a.concat(), [size] + list(t.shape[1:]))
-      for a, t in zip(parts, flat)])
+  outputs = tf.nest.pack_sequence_as(first, [a.concat() for a in parts])
+  for t, part in zip(tf.nest.flatten(outputs), flat):
+    t.set_shape([size] + list(part.shape[1:]))
   with tf.GradientTape() as tape:                               # (b)
     tape.watch(outputs)
     scaled, losses, metrics = loss_fn(labels, outputs)
