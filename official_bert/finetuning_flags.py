@@ -257,9 +257,9 @@ def check_distillation(fv):
   if not fv.do_train:
     raise app.UsageError("--teacher is what training fits: pass --do_train.")
   if "mini_batch_size" in fv and fv.mini_batch_size:
-    raise app.UsageError("--teacher with --mini_batch_size is not supported "
-                         "(the cached embeddings' gradients hold the ranking "
-                         "loss alone); drop one of them.")
+    raise app.UsageError("--teacher with --mini_batch_size is not "
+                         "supported yet (the two are not tested together); "
+                         "drop one of them.")
   if fv.distill_data:
     cli.check_input_file("distill_data", fv.distill_data)
   which = distillation.kind(fv.teacher)
