@@ -430,6 +430,12 @@ FLAGS_CHECKED_BLOCKS = {
         "test_cross_encoder_on_the_hugging_face_export_gives_the_same_scores:"
         " export_checkpoint --format=huggingface of the run's best/ "
         "(this block trains all-MiniLM-L6-v2 on 2,000 queries: minutes)"),
+    "large batches": (
+        "tests/gradcache_test.py::"
+        "test_mini_batch_size_reaches_the_train_step: run_embedding with "
+        "--mini_batch_size (GradCache), and its replicas test, the two "
+        "logical devices' shared negatives (this block trains "
+        "all-MiniLM-L6-v2 at batch 256: minutes)"),
     "hard negatives": (
         "tests/hard_negatives_test.py::"
         "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
