@@ -211,7 +211,10 @@ class PretrainingTask:
       # written with any number of predictions.
       record_predictions = config.max_predictions_per_seq
       masking = None
-      packed = features.is_packed(files[0])
+      try:
+        packed = features.is_packed(files[0])
+      except ValueError:  # unreadable: check_input_files says how
+        packed = False
       if packed:  # the data job's --pack_sequences: masked-LM only
         _check_packed_records(config, files[0])
         record_predictions = features.record_predictions(files[0])
