@@ -42,6 +42,8 @@ from typing import Optional
 
 import numpy as np
 
+from official_bert import derived_files
+
 FILE = "teacher_outputs.npz"
 RECORD = "teacher_outputs.json"
 
@@ -179,30 +181,6 @@ def check_run_files(teacher, files):
 
 
 # ------------------------------------------------------------- cache ----
-def digest(*parts):
-  """sha256 (hex) of bytes, str, numpy arrays (dtype, shape, bytes) or
-  nested lists/dicts of them, in order (dicts by sorted key)."""
-  h = hashlib.sha256()
-
-  def add(part):
-    if isinstance(part, dict):
-      for key in sorted(part):
-        add(key)
-        add(part[key])
-    elif isinstance(part, (list, tuple)):
-      for p in part:
-        add(p)
-    elif isinstance(part, np.ndarray):
-      h.update(f"{part.dtype}{part.shape}".encode())
-      h.update(np.ascontiguousarray(part).tobytes())
-    else:
-      h.update(part if isinstance(part, bytes) else str(part).encode())
-      h.update(b"\0")
-  for part in parts:
-    add(part)
-  return h.hexdigest()
-
-
 def record(checkpoint, weights, inputs, distill_data):
   """What the outputs are made from: the teacher's checkpoint prefix (its
   name in words only: the weights decide), its weights' digest (`weights`:
@@ -210,8 +188,8 @@ def record(checkpoint, weights, inputs, distill_data):
   training inputs' digest and --distill_data's path."""
   return {"teacher_checkpoint": os.path.basename(checkpoint),
           "teacher_weights": (weights if isinstance(weights, str)
-                              else digest(weights)),
-          "training_inputs": digest(inputs),
+                              else derived_files.digest(weights)),
+          "training_inputs": derived_files.digest(inputs),
           "distill_data": distill_data or ""}
 
 
@@ -231,23 +209,11 @@ def reusable(output_dir, made_from):
   """(outputs, teacher_eval, why): the cached outputs and the teacher's
   dev metrics when output_dir holds outputs made from `made_from`, else
   (None, None, why they are computed again: None when there are none)."""
-  path, record_path = (os.path.join(output_dir, name)
-                       for name in (FILE, RECORD))
-  if not os.path.exists(record_path):
-    return None, None, None
-  try:
-    with open(record_path, encoding="utf-8") as f:
-      old = json.load(f)
-    with open(path, "rb") as f:
-      content = f.read()
-  except (OSError, ValueError):
-    return None, None, f"{RECORD} or {FILE} cannot be read"
-  if digest(content) != old.get("outputs"):
-    return None, None, f"{FILE} changed since it was written"
-  changed = [MADE_FROM[key] for key in made_from
-             if old.get(key) != made_from[key]]
-  if changed:
-    return None, None, " and ".join(changed) + " changed"
+  content, old, why = derived_files.reusable(
+      output_dir, FILE, RECORD, made_from, MADE_FROM, "outputs",
+      file_changed="written")
+  if content is None:
+    return None, None, why
   import io  # pylint: disable=g-import-not-at-top
   with np.load(io.BytesIO(content)) as arrays:
     outputs = _unflat({k: arrays[k] for k in arrays.files})
@@ -265,7 +231,7 @@ def write(output_dir, outputs, made_from, teacher_eval):
   with atomic_io.atomic_open(os.path.join(output_dir, FILE), "wb",
                              "the teacher's outputs") as f:
     f.write(content)
-  made = dict(made_from, outputs=digest(content),
+  made = dict(made_from, outputs=derived_files.digest(content),
               teacher_eval=teacher_eval or {})
   atomic_io.atomic_write(os.path.join(output_dir, RECORD),
                          json.dumps(made, indent=2, sort_keys=True) + "\n")

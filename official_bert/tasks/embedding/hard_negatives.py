@@ -42,11 +42,12 @@ Shapes: A anchors, C passages (the corpus), H hidden size, K negatives.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 
 import numpy as np
+
+from official_bert import derived_files
 
 FILE = "hard_negatives.tsv"
 RECORD = "hard_negatives.json"
@@ -183,29 +184,9 @@ def tsv_text(rows, num_negatives):
                  for row in [header] + list(rows))
 
 
-def digest(*parts):
-  """sha256 (hex) of `parts`: bytes, str, numpy arrays (their dtype, shape
-  and bytes) or lists of those, in order."""
-  h = hashlib.sha256()
-
-  def add(part):
-    if isinstance(part, (list, tuple)):
-      for p in part:
-        add(p)
-    elif isinstance(part, np.ndarray):
-      h.update(f"{part.dtype}{part.shape}".encode())
-      h.update(np.ascontiguousarray(part).tobytes())
-    else:
-      h.update(part if isinstance(part, bytes) else str(part).encode())
-      h.update(b"\0")
-  for part in parts:
-    add(part)
-  return h.hexdigest()
-
-
 def file_digest(path):
   with open(path, "rb") as f:
-    return digest(f.read())
+    return derived_files.digest(f.read())
 
 
 # What a record's entries are, in words (the line that says why a rerun
@@ -229,9 +210,11 @@ def record(training_file, columns, encoded, weights, pooling, num_negatives,
   digest (`encoded`: arrays), the starting weights' digest (`weights`: the
   model's get_weights()), the pooling, K and the margin."""
   return {"training_file": file_digest(training_file),
-          "columns": list(columns), "encoding": digest(encoded),
-          "starting_weights": digest(weights), "pooling": pooling,
-          "num_negatives": num_negatives, "relative_margin": relative_margin}
+          "columns": list(columns),
+          "encoding": derived_files.digest(encoded),
+          "starting_weights": derived_files.digest(weights),
+          "pooling": pooling, "num_negatives": num_negatives,
+          "relative_margin": relative_margin}
 
 
 def reusable(output_dir, made_from, resumed):
@@ -239,24 +222,12 @@ def reusable(output_dir, made_from, resumed):
   output_dir holds one made from `made_from` (a `record`: all of it but
   the starting weights when the run `resumed`) and unchanged since; else
   (None, why it is mined again, in words: None when there is no file)."""
-  path, record_path = (os.path.join(output_dir, name)
-                       for name in (FILE, RECORD))
-  if not os.path.exists(record_path):
-    return None, None
-  try:
-    with open(record_path, encoding="utf-8") as f:
-      old = json.load(f)
-    with open(path, "rb") as f:
-      content = f.read()
-  except (OSError, ValueError):
-    return None, f"{RECORD} or {FILE} cannot be read"
-  if digest(content) != old.get("mined_file"):
-    return None, f"{FILE} changed since it was mined"
-  changed = [MADE_FROM[key] for key in made_from
-             if old.get(key) != made_from[key]
-             and not (resumed and key == "starting_weights")]
-  if changed:
-    return None, " and ".join(changed) + " changed since it was mined"
+  content, _, why = derived_files.reusable(
+      output_dir, FILE, RECORD, made_from, MADE_FROM, "mined_file",
+      file_changed="mined", inputs_changed=" since it was mined",
+      ignore=("starting_weights",) if resumed else ())
+  if content is None:
+    return None, why
   lines = content.decode("utf-8").splitlines()[1:]
   return [tuple(line.split("\t")) for line in lines if line], None
 
@@ -266,6 +237,7 @@ def written(rows, made_from):
   (`made_from`, a `record`, and the .tsv's digest: written second, so a
   rerun after a crash between the two mines again)."""
   text = tsv_text(rows, made_from["num_negatives"])
-  made = dict(made_from, mined_file=digest(text.encode("utf-8")))
+  made = dict(made_from,
+              mined_file=derived_files.digest(text.encode("utf-8")))
   return {FILE: text, RECORD: json.dumps(made, indent=2, sort_keys=True)
           + "\n"}
