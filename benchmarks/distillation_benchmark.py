@@ -37,13 +37,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
+
+from benchmarks import logged_run
 
 flags.DEFINE_string("work_dir", None, "Runs, exports and the task go here.")
 flags.DEFINE_string("task_data_dir", None, "A classification task "
@@ -70,18 +70,6 @@ flags.DEFINE_bool("smoke", False, "A tiny random model and task (see the "
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
-
-
-def _run(argv, log):
-  """`python -m argv...`; its output; SystemExit with the tail on failure."""
-  with open(log, "w") as f:
-    status = subprocess.run([sys.executable, "-m"] + argv, stdout=f,
-                            stderr=subprocess.STDOUT, cwd=ROOT, check=False)
-  with open(log) as f:
-    text = f.read()
-  if status.returncode:
-    raise SystemExit(f"{argv[0]} failed ({log}):\n{text[-3000:]}")
-  return text
 
 
 def _write_task(work, vocab):
@@ -119,11 +107,11 @@ def _smoke_model(work):
   release_folder.write(folder, encoder.BertEncoder.from_bert_config(
       bert_config), bert_config, vocab=VOCAB)
   hf = os.path.join(work, "tiny_hf")
-  _run(["export.export_checkpoint", "--format=huggingface",
+  logged_run.run(["export.export_checkpoint", "--format=huggingface",
         f"--init_checkpoint={folder}",
         f"--bert_config_file={os.path.join(folder, 'bert_config.json')}",
         f"--vocab_file={os.path.join(folder, 'vocab.txt')}",
-        f"--export_dir={hf}"], os.path.join(work, "tiny_hf.log"))
+        f"--export_dir={hf}"], os.path.join(work, "tiny_hf.log"), cwd=ROOT)
   return folder, hf
 
 
@@ -132,17 +120,19 @@ def _ours(work, name, seed, task, model, extra):
   export = out + "-export"
   for old in (out, export):  # each run from scratch (not resumed)
     shutil.rmtree(old, ignore_errors=True)
-  log = _run(["official_bert.run_classifier", f"--task_data_dir={task}",
-              "--text_column=sentence", "--label_column=label",
-              f"--bert_config_file={os.path.join(model, 'bert_config.json')}",
-              f"--vocab_file={os.path.join(model, 'vocab.txt')}",
-              f"--init_checkpoint={model}", "--do_train", "--do_eval",
-              f"--max_seq_length={FLAGS.max_seq_length}",
-              f"--train_batch_size={FLAGS.train_batch_size}",
-              f"--learning_rate={FLAGS.learning_rate}",
-              f"--num_train_epochs={FLAGS.num_train_epochs}",
-              f"--seed={seed}", f"--output_dir={out}",
-              f"--export_dir={export}"] + extra, out + ".log")
+  log, _ = logged_run.run(
+      ["official_bert.run_classifier", f"--task_data_dir={task}",
+       "--text_column=sentence", "--label_column=label",
+       f"--bert_config_file={os.path.join(model, 'bert_config.json')}",
+       f"--vocab_file={os.path.join(model, 'vocab.txt')}",
+       f"--init_checkpoint={model}", "--do_train", "--do_eval",
+       f"--max_seq_length={FLAGS.max_seq_length}",
+       f"--train_batch_size={FLAGS.train_batch_size}",
+       f"--learning_rate={FLAGS.learning_rate}",
+       f"--num_train_epochs={FLAGS.num_train_epochs}",
+       f"--seed={seed}", f"--output_dir={out}",
+       f"--export_dir={export}"] + extra,
+      out + ".log", cwd=ROOT)
   with open(os.path.join(out, "eval_results.txt")) as f:
     results = dict(line.strip().split(" = ") for line in f)
   seconds = re.search(r"^Trained steps .* in ([\d.]+) s", log, re.M)

@@ -30,14 +30,13 @@ Every run is a real `python -m` process; the work directory is kept with
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 
 from absl import app
 from absl import flags
 import numpy as np
+
+from benchmarks import logged_run
 
 flags.DEFINE_string("corpus", os.path.join(os.path.dirname(__file__), "..",
                                            "..", "shared", "data",
@@ -65,19 +64,6 @@ flags.DEFINE_bool("stats_only", False, "Stop after the padding and steps "
 FLAGS = flags.FLAGS
 
 
-def _run(argv, log):
-  t0 = time.time()
-  with open(log, "w") as f:
-    status = subprocess.run([sys.executable, "-m"] + argv, stdout=f,
-                            stderr=subprocess.STDOUT, check=False)
-  if status.returncode:
-    with open(log) as f:
-      tail = f.read()[-3000:]
-    raise SystemExit(f"{' '.join(argv[:1])} failed ({log}):\n{tail}")
-  with open(log) as f:
-    return f.read(), time.time() - t0
-
-
 def _documents(path, limit):
   with open(path, encoding="utf-8") as f:
     docs = [d for d in f.read().split("\n\n") if d.strip()]
@@ -86,7 +72,7 @@ def _documents(path, limit):
 
 def _records(corpus, out, seq):
   predictions = max(1, round(seq * 0.15))
-  _run(["tfrecords.create_pretraining_data", f"--input_file={corpus}",
+  logged_run.run(["tfrecords.create_pretraining_data", f"--input_file={corpus}",
         f"--output_file={out}", f"--vocab_file={FLAGS.vocab_file}",
         "--next_sentence_prediction=false", f"--max_seq_length={seq}",
         f"--max_predictions_per_seq={predictions}", "--dupe_factor=1"],
@@ -140,7 +126,7 @@ def _train(work, name, records, held_out, seed, steps, packed, predictions):
   common = [f"--bert_config_file={config}", f"--output_dir={out}",
             "--max_seq_length=128", f"--max_predictions_per_seq={predictions}",
             "--next_sentence_prediction=false", f"--seed={seed}"]
-  log, wall = _run(["official_bert.run_pretraining", "--do_train",
+  log, wall = logged_run.run(["official_bert.run_pretraining", "--do_train",
                     f"--input_file={records}", f"--num_train_steps={steps}",
                     f"--num_warmup_steps={max(1, steps // 10)}",
                     f"--train_batch_size={FLAGS.train_batch_size}",
@@ -149,7 +135,7 @@ def _train(work, name, records, held_out, seed, steps, packed, predictions):
                    + common + (["--pack_sequences"] if packed else []),
                    out + ".train.log")
   rates = [float(r) for r in re.findall(r" ([\d.]+) seq/s ", log)]
-  _run(["official_bert.run_pretraining", "--do_eval",
+  logged_run.run(["official_bert.run_pretraining", "--do_eval",
         f"--input_file={held_out}", "--eval_batch_size=64",
         "--max_eval_steps=100000"] + common, out + ".eval.log")
   with open(os.path.join(out, "eval_results.txt")) as f:
