@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from official_bert.modeling import pretrainer
+from official_bert.training import distribution
 from official_bert.training import preemption
 from official_bert.training import trainer as trainer_lib
 from tests import testing
@@ -424,3 +425,22 @@ def test_update_compiled_unless_the_optimizer_runs_fused_kernels():
   with one_device.scope():
     adamw = make("adamw")
   assert compiles(one_device, adamw)
+
+
+def test_workers_coordinate_with_a_heartbeat_timeout_busy_cpus_survive():
+  """MultiWorkerMirroredStrategy's coordination service with our heartbeat
+  timeout (TensorFlow's 10 s failed a healthy two-worker job compiling with
+  XLA on 2 busy cores): the leader and jobs the strategy itself would use."""
+  cluster = {"chief": ["localhost:1"], "worker": ["localhost:2",
+                                                  "localhost:3"]}
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(cluster), task_type="worker", task_id=1)
+  args = distribution.coordination_service_args(resolver)
+  assert args["heartbeat_timeout_in_ms"] == 120_000
+  assert distribution.HEARTBEAT_TIMEOUT_S * 1000 > 10_000
+  assert args["service_leader"] == "/job:chief/replica:0/task:0"
+  assert [(j.name, j.num_tasks) for j in args["coordinated_jobs"]] == [
+      ("chief", 1), ("worker", 2)]
+  evaluator = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(cluster), task_type="evaluator", task_id=0)
+  assert distribution.coordination_service_args(evaluator) is None

@@ -29,6 +29,44 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored",
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
+# How long a worker may go without a heartbeat before the coordination
+# service declares it failed and aborts every collective. TensorFlow's
+# default (10 s) fails healthy jobs whose workers share busy CPUs: a worker
+# compiling its step with XLA on a loaded machine missed it (a real failure
+# of our two-worker test on a 2-core machine). A crashed worker is still
+# found within this time; a preempted one saves first (SIGTERM handling).
+HEARTBEAT_TIMEOUT_S = 120
+
+
+def coordination_service_args(resolver):
+  """The arguments of the coordination service MultiWorkerMirroredStrategy
+  would start for `resolver`'s cluster, with HEARTBEAT_TIMEOUT_S; None for a
+  task outside it (an evaluator)."""
+  from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.distribute import multi_worker_util  # pylint: disable=g-import-not-at-top
+  cluster_spec = resolver.cluster_spec()
+  jobs = [coordination_config_pb2.CoordinatedJob(
+              name=job, num_tasks=cluster_spec.num_tasks(job))
+          for job in ("chief", "worker") if job in cluster_spec.jobs]
+  if resolver.task_type not in ("chief", "worker") or not jobs:
+    return None
+  return dict(service_type="standalone",
+              service_leader=multi_worker_util.coordination_leader(
+                  cluster_spec),
+              coordinated_jobs=jobs,
+              heartbeat_timeout_in_ms=HEARTBEAT_TIMEOUT_S * 1000)
+
+
+def _configure_coordination_service():
+  """Starts our coordination service settings; the strategy keeps a service
+  configured before it (no public API sets the heartbeat timeout)."""
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  args = coordination_service_args(
+      tf.distribute.cluster_resolver.TFConfigClusterResolver())
+  if args:
+    context.context().configure_coordination_service(**args)
+
+
 def get_strategy(name="default", num_gpus=None, tpu=None,
                  tpu_resolver_args=None):
   """The tf.distribute strategy called `name` (see the module docstring);
@@ -46,6 +84,7 @@ def get_strategy(name="default", num_gpus=None, tpu=None,
                        "the TF_CONFIG environment variable (cluster and task) "
                        "set on every worker.")
     json.loads(os.environ["TF_CONFIG"])  # a clear JSON error early
+    _configure_coordination_service()
     return tf.distribute.MultiWorkerMirroredStrategy()
   gpus = tf.config.list_logical_devices("GPU")
   if name == "one_device":
