@@ -306,7 +306,7 @@ def test_squad_student_fits_start_and_end_distributions(tmp_path):
       f"--vocab_file={testing.VOCAB}", f"--output_dir={tmp_path / 'out'}",
       "--do_train", "--max_seq_length=64", "--doc_stride=24",
       "--max_query_length=24", "--train_batch_size=8",
-      "--learning_rate=3e-3", "--steps_per_loop=3", "--num_train_epochs=2"],
+      "--learning_rate=3e-3", "--steps_per_loop=2", "--num_train_epochs=3"],
                     teacher)
   _falls(stdout)
 
