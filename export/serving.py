@@ -242,7 +242,8 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
       returning logits): `serving_default` runs each text's windows and
       returns one combined row per text. `serving_ids` stays one row per
       window.
-    xla_single_text: a `serving_default` request of one text (or pair)
+    xla_single_text: a `serving_default` request of one text (or pair),
+      and a `serving_ids` request of one row (a client that tokenizes),
       runs the model as one XLA-compiled function (`jit_compile=True`; TF
       Serving needs `--xla_cpu_compilation_enabled`), its length padded up
       to a multiple of `single_text_bucket`; the outputs are cut back to
@@ -370,8 +371,14 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     # positions); shorter ones run at their own length.
     inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
               "input_type_ids": input_type_ids}
-    return self._run({name: tensor[:, :self.seq_length]
-                      for name, tensor in inputs.items()})
+    # One row without padding takes the XLA path too (xla_single_text): a
+    # client that tokenizes (ClientTokenizer) gets one text's latency
+    # without the graph tokenizer. A padded row runs as before (its padding
+    # positions' outputs stay the plain export's).
+    inputs = {name: tensor[:, :self.seq_length]
+              for name, tensor in inputs.items()}
+    return self._run_texts(inputs, tf.reduce_all(
+        tf.equal(inputs["input_mask"], 1)))
 
   def _pack(self, segments):
     # Fixed length: every row padded to seq_length (a multiple of itself).
@@ -380,11 +387,13 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     return pack_to_longest(segments, self.seq_length, *self._ids,
                            pad_multiple=pad_multiple)
 
-  def _run_texts(self, inputs):
-    """`_run`, or with `xla_single_text` and one row, the XLA path."""
+  def _run_texts(self, inputs, unpadded=True):
+    """`_run`, or with `xla_single_text` and one row (`unpadded`), the XLA
+    path."""
     if self._xla_model.value is None:
       return self._run(inputs)
-    return tf.cond(tf.equal(tf.shape(inputs["input_word_ids"])[0], 1),
+    return tf.cond(tf.logical_and(
+        tf.equal(tf.shape(inputs["input_word_ids"])[0], 1), unpadded),
                    lambda: self._run(inputs, single=True),
                    lambda: self._run(inputs))
 

@@ -533,6 +533,22 @@ def test_xla_single_text_equals_the_plain_export(exported, served):
     for name, value in want.items():
       assert got[name].shape == value.shape, (texts, name)
       np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+  # serving_ids: one unpadded row (a client that tokenizes) runs the same
+  # XLA cluster; a padded row, or several, as the plain export.
+  ids = module.signatures()["serving_ids"]
+  plain_ids = served.signatures["serving_ids"]
+  assert [f for f in ids.graph.as_graph_def().library.function
+          if f.attr["_XlaMustCompile"].b]
+  one = testing.random_inputs(seq=11, seed=4)
+  one = {k: v[:1] for k, v in one.items()}
+  one["input_mask"][:] = 1
+  padded = {k: v.copy() for k, v in one.items()}
+  padded["input_mask"][0, 7:] = 0
+  for inputs in (one, padded, testing.random_inputs(seq=11, seed=4)):
+    got = ids(**{k: tf.constant(v) for k, v in inputs.items()})
+    want = plain_ids(**{k: tf.constant(v) for k, v in inputs.items()})
+    for name, value in want.items():
+      np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
   # The warmup texts fill each bucket exactly: [CLS] words [SEP].
   lengths = [signature(text=tf.constant([texts["text"]]))["input_mask"].shape[1]
              for texts in module.bucket_texts()]
