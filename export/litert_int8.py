@@ -25,6 +25,11 @@ the raw-text signatures stay in the (float32) SavedModel.
     content = convert(module, "serving_ids")   # a ServingModule
     write(version_dir, content)
     model = Int8Model(content)                 # or Int8Model.load(version_dir)
+
+`convert(module, "serving_ids", int8=False)` is the same model in float32
+(`--litert` without `--quantize=int8`): LiteRT's XNNPACK float32 kernels
+answer one short text faster than TensorFlow's or XLA's float32 matmuls on
+a few rows (docs/distillation.md); `Int8Model` runs it as well.
     outputs = model(input_word_ids=..., input_mask=..., input_type_ids=...)
 """
 
@@ -59,8 +64,9 @@ def model_outputs(outputs):
           else value for name, value in outputs.items()}
 
 
-def convert(module, signature):
-  """LiteRT flatbuffer bytes of `module.signatures()[signature]`, int8.
+def convert(module, signature, int8=True):
+  """LiteRT flatbuffer bytes of `module.signatures()[signature]`, int8
+  (or with `int8=False` float32: `--litert` without `--quantize=int8`).
 
   Raises:
     ValueError: an op without a LiteRT builtin (one sentence).
@@ -72,14 +78,15 @@ def convert(module, signature):
                         signatures={signature: module.signatures()[signature]})
     converter = tf.lite.TFLiteConverter.from_saved_model(
         path, signature_keys=[signature])
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if int8:
+      converter.optimizations = [tf.lite.Optimize.DEFAULT]
     try:
       return converter.convert()
     except Exception as e:  # pylint: disable=broad-except
       ops = str(e).split("TF Select ops:")[-1].split("\n")[0].strip()
-      raise ValueError(f"the int8 (LiteRT) conversion found ops LiteRT has "
+      raise ValueError(f"the LiteRT conversion found ops LiteRT has "
                        f"no builtin for ({ops}); export without "
-                       f"--quantize=int8") from None
+                       f"--quantize=int8 and --litert") from None
   finally:
     shutil.rmtree(work, ignore_errors=True)
 

@@ -597,10 +597,18 @@ def int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
   `sequence_output`); `remove_padding` as `ServingModule`'s (by default
   the position-wise work runs on the tokens only, as in the float32 export:
   on 32 short texts ~1.8x the texts/s of every layer on [B, T])."""
+  return litert_model(model, outputs, vocab_file, do_lower_case, seq_length,
+                      remove_padding=remove_padding)
+
+
+def litert_model(model, outputs, vocab_file, do_lower_case, seq_length,
+                 remove_padding=None, int8=True):
+  """`int8_model`, or with `int8=False` the same LiteRT model in float32
+  (`--litert`)."""
   module = ServingModule(model, litert_int8.numeric(outputs), vocab_file,
                          do_lower_case, seq_length,
                          remove_padding=remove_padding)
-  return litert_int8.convert(module, SIGNATURE_IDS)
+  return litert_int8.convert(module, SIGNATURE_IDS, int8=int8)
 
 
 def int8_predictor(model, outputs, vocab_file, do_lower_case, seq_length):

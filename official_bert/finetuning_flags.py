@@ -95,6 +95,12 @@ def define_flags(max_seq_length=128, learning_rate=5e-5, train_batch_size=32,
                        "true), when its dev metric passes "
                        "--max_quantization_drop (else nothing is "
                        "exported).")
+  flags.DEFINE_bool("litert", False, "With --export_dir: also write "
+                    "<version>/model.tflite, the serving_ids signature as a "
+                    "LiteRT model (ids in; TF Serving --prefer_tflite_model="
+                    "true): float32 (XNNPACK: one text's fastest float32 "
+                    "path on a CPU), or its int8 weights with "
+                    "--quantize=int8 (which writes it anyway).")
   flags.DEFINE_bool("xla_single_text", False, "With --export_dir: a "
                     "request of one text runs the model XLA-compiled, its "
                     "length padded to a multiple of 16 (TF Serving: "
@@ -186,6 +192,9 @@ def check_flags(fv, data_paths=None, mode_paths=None):
   if fv.quantize == "int8" and not getattr(fv, "do_eval", fv.do_predict):
     raise app.UsageError("--quantize=int8 is checked on the dev set: pass "
                          "--do_eval.")
+  if fv.litert and not fv.export_dir:
+    raise app.UsageError("--litert writes model.tflite into the export: "
+                         "pass --export_dir.")
   if fv.xla_single_text and not fv.export_dir:
     raise app.UsageError("--xla_single_text is a setting of the export: "
                          "pass --export_dir.")
@@ -355,7 +364,8 @@ def run(fv, task, program, export=None):
   --export_dir is set; with --quantize=int8 the int8 model
   (`serving.int8_predictor`, answering with the task's
   `export_spec().int8_outputs`) is built and checked on dev before anything
-  is exported. Returns run_task's answer."""
+  is exported; with --litert alone, the float32 LiteRT model is built at
+  export and published with it. Returns run_task's answer."""
   # run_squad evaluates on its --predict_file, with its batch size.
   evaluating = "do_eval" in fv
 
@@ -364,6 +374,18 @@ def run(fv, task, program, export=None):
     return serving.int8_predictor(model, task.export_spec().int8_outputs,
                                   fv.vocab_file, fv.do_lower_case,
                                   fv.max_seq_length)
+
+  if fv.litert and fv.quantize != "int8" and export is not None:
+    plain_export = export
+
+    def export(model, int8_content=None):  # pylint: disable=function-redefined
+      del int8_content  # None: no --quantize=int8
+      from export import litert_int8  # pylint: disable=g-import-not-at-top
+      from export import serving  # pylint: disable=g-import-not-at-top
+      return plain_export(model, serving.litert_model(
+          model, task.export_spec().int8_outputs or litert_int8.model_outputs,
+          fv.vocab_file,
+          fv.do_lower_case, fv.max_seq_length, int8=False))
 
   return finetuner.read_and_run(
       task, lambda num_train_examples: driver_config(fv, num_train_examples),

@@ -135,7 +135,8 @@ def trained(tmp_path_factory):
   testing.run_program("official_bert.run_classifier", _flags(
       task, out, config, "--do_train", "--do_eval", "--do_predict",
       "--tune_thresholds", "--train_batch_size=16", "--learning_rate=1e-3",
-      "--num_train_epochs=10", f"--export_dir={root / 'serving'}"))
+      "--num_train_epochs=10", f"--export_dir={root / 'serving'}",
+      "--litert"))
   return {"root": root, "task": task, "out": out, "config": config,
           "rows": rows}
 
@@ -184,6 +185,23 @@ def test_learns_evaluates_tunes_predicts_and_exports(trained):
     assert results[f"eval_f1_{name}"] == pytest.approx(f1, abs=1e-6)
   assert results["eval_subset_accuracy"] == pytest.approx(
       np.mean(np.all(gold == pred, 1)), abs=1e-6)
+  # --litert: model.tflite, serving_ids in float32 (no int8 kernel), the
+  # SavedModel's numbers within float rounding.
+  from export import client_tokenizer  # pylint: disable=g-import-not-at-top
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  version = tmp_path / "serving" / "1"
+  lite = litert_int8.Int8Model.load(str(version))
+  details = lite._interpreter.get_tensor_details()  # pylint: disable=protected-access
+  assert not [d for d in details if d["dtype"] == np.int8]
+  ids = client_tokenizer.ClientTokenizer(
+      testing.VOCAB, do_lower_case=True,
+      max_seq_length=16)([s for s, _ in rows["dev"][:5]])
+  want = tf.saved_model.load(str(version)).signatures["serving_ids"](
+      **{k: tf.constant(v) for k, v in ids.items()})
+  got = lite(**ids)
+  assert list(got) == ["logits"]
+  for name, value in got.items():
+    np.testing.assert_allclose(value, want[name], atol=1e-5, err_msg=name)
   # test_results.tsv: a header of the labels, then the served probabilities.
   with open(out / "test_results.tsv") as f:
     header, *lines = f.read().splitlines()

@@ -243,6 +243,8 @@ def _mrpc_files(directory, n_train=40, n_dev=9):
     ("no_dev", ["--task_name=MRPC", "--quantize=int8", "--export_dir={tmp}/e",
                 "--max_quantization_drop=0"],
      r"--data_dir \S+ has no dev file dev.tsv"),
+    ("mrpc", ["--task_name=MRPC", "--litert"],
+     r"--litert writes model.tflite into the export: pass --export_dir\."),
     ("mrpc", ["--task_name=MRPC", "--early_stopping_patience=2"],
      r"--early_stopping_patience needs --eval_every_steps"),
     ("mrpc", ["--task_name=MRPC", "--xla_single_text"],
