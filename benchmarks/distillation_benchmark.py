@@ -64,7 +64,23 @@ flags.DEFINE_float("distill_temperature", 2.0, "Its --distill_temperature.")
 flags.DEFINE_integer("train_examples", 4000, "Default task: training "
                      "sentences.")
 flags.DEFINE_integer("dev_examples", 1000, "Default task: dev sentences.")
+flags.DEFINE_enum("task", "short", ["short", "hidden_topic"], "Without "
+                  "--task_data_dir: tools/short_task.py's task to write.")
+flags.DEFINE_integer("distill_examples", 0, "Without --task_data_dir: this "
+                     "many more texts of the task, unlabelled, for a "
+                     "`distilled+data` row (the distilled student with "
+                     "--distill_data); 0: no such row.")
 flags.DEFINE_integer("latency_calls", 200, "One-text calls timed per export.")
+flags.DEFINE_bool("ort", True, "Also time one text against the teacher "
+                  "served by ONNX Runtime (float32 and quantize_dynamic's "
+                  "int8), our exports in float32 (--xla_single_text) and "
+                  "int8 (LiteRT after the client tokenizer); see the "
+                  "module docstring. Needs torch, transformers, onnxruntime.")
+flags.DEFINE_bool("latency_only", False, "Train nothing: the --ort timing "
+                  "alone, of the first seed's teacher and distilled runs "
+                  "and exports already in --work_dir.")
+flags.DEFINE_integer("latency_rounds", 6, "--ort: interleaved rounds; each "
+                     "peer answers --latency_calls / rounds texts a round.")
 flags.DEFINE_bool("smoke", False, "A tiny random model and task (see the "
                   "module docstring).")
 FLAGS = flags.FLAGS
@@ -73,15 +89,21 @@ VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
 
 
 def _write_task(work, vocab):
+  """work/task (train.tsv, dev.tsv) of --task, and with --distill_examples
+  work/unlabelled.tsv: more texts of the task without their labels."""
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   from tools import short_task  # pylint: disable=g-import-not-at-top
   task = os.path.join(work, "task")
   os.makedirs(task, exist_ok=True)
   tokenizer = tokenization.FullTokenizer(vocab, True)
-  train, dev = short_task.classification_data(
-      "short", tokenizer, FLAGS.train_examples, FLAGS.dev_examples, seed=0)
+  train, rest = short_task.classification_data(
+      FLAGS.task, tokenizer, FLAGS.train_examples,
+      FLAGS.dev_examples + FLAGS.distill_examples, seed=0)
   short_task.write_tsv(os.path.join(task, "train.tsv"), train)
-  short_task.write_tsv(os.path.join(task, "dev.tsv"), dev)
+  short_task.write_tsv(os.path.join(task, "dev.tsv"),
+                       rest[:FLAGS.dev_examples])
+  short_task.write_tsv(os.path.join(work, "unlabelled.tsv"),
+                       rest[FLAGS.dev_examples:], with_label=False)
   return task
 
 
@@ -115,10 +137,13 @@ def _smoke_model(work):
   return folder, hf
 
 
-def _ours(work, name, seed, task, model, extra):
+def _ours(work, name, seed, task, model, extra, export_suffix=None):
+  """Trains (from scratch) and exports the run `name`-seed`seed`; with
+  `export_suffix`, reruns its command instead (nothing left to train) to
+  export again to <run>-`export_suffix`."""
   out = os.path.join(work, f"{name}-seed{seed}")
-  export = out + "-export"
-  for old in (out, export):  # each run from scratch (not resumed)
+  export = out + "-" + (export_suffix or "export")
+  for old in ((export,) if export_suffix else (out, export)):
     shutil.rmtree(old, ignore_errors=True)
   log, _ = logged_run.run(
       ["official_bert.run_classifier", f"--task_data_dir={task}",
@@ -132,7 +157,7 @@ def _ours(work, name, seed, task, model, extra):
        f"--num_train_epochs={FLAGS.num_train_epochs}",
        f"--seed={seed}", f"--output_dir={out}",
        f"--export_dir={export}"] + extra,
-      out + ".log", cwd=ROOT)
+      out + (f"-{export_suffix}" if export_suffix else "") + ".log", cwd=ROOT)
   with open(os.path.join(out, "eval_results.txt")) as f:
     results = dict(line.strip().split(" = ") for line in f)
   seconds = re.search(r"^Trained steps .* in ([\d.]+) s", log, re.M)
@@ -219,11 +244,152 @@ def _latency(serve, texts):
           sum(len(b) for b in batches) / (time.perf_counter() - start))
 
 
+def _version(export_dir):
+  """The highest version folder of an export."""
+  versions = [v for v in os.listdir(export_dir) if v.isdigit()]
+  return os.path.join(export_dir, max(versions, key=int))
+
+
 def _served(export, texts):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
   signature = tf.saved_model.load(export).signatures["serving_default"]
   return _latency(lambda batch: signature(text=tf.constant(batch)), texts)
+
+
+def _onnx_teacher(work, teacher_run, vocab):
+  """The teacher as a user serves it with ONNX Runtime: our run exported by
+  `export_checkpoint --format=huggingface`, `BertForSequenceClassification`
+  written by `torch.onnx.export`, float32 and `quantize_dynamic` at its
+  defaults. Returns (BertTokenizerFast, {name: InferenceSession}, hf dir)."""
+  import onnxruntime  # pylint: disable=g-import-not-at-top
+  from onnxruntime.quantization import quantize_dynamic  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  hf_dir = teacher_run + "-hf"
+  shutil.rmtree(hf_dir, ignore_errors=True)
+  logged_run.run(["export.export_checkpoint", "--format=huggingface",
+                  f"--bert_config_file={teacher_run}/bert_config.json",
+                  f"--init_checkpoint={teacher_run}", f"--vocab_file={vocab}",
+                  f"--export_dir={hf_dir}"], hf_dir + ".log", cwd=ROOT)
+  tokenizer = transformers.BertTokenizerFast.from_pretrained(hf_dir)
+  model = transformers.BertForSequenceClassification.from_pretrained(
+      hf_dir).eval()
+  names = ["input_ids", "attention_mask", "token_type_ids"]
+
+  class Positional(torch.nn.Module):  # the model's forward takes keywords
+
+    def __init__(self, bert):
+      super().__init__()
+      self.bert = bert
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+      return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids).logits
+
+  example = tokenizer(["hello world"], return_tensors="pt")
+  path = os.path.join(work, "teacher.onnx")
+  torch.onnx.export(Positional(model), tuple(example[n] for n in names), path,
+                    input_names=names, output_names=["logits"],
+                    dynamic_axes={n: {0: "batch", 1: "length"}
+                                  for n in names} | {"logits": {0: "batch"}},
+                    dynamo=False, opset_version=17)
+  quantize_dynamic(path, path.replace(".onnx", "_int8.onnx"))
+  sessions = {kind: onnxruntime.InferenceSession(  # ORT's default threads
+      file, providers=["CPUExecutionProvider"]) for kind, file in (
+          ("float32", path), ("int8", path.replace(".onnx", "_int8.onnx")))}
+  return tokenizer, sessions, hf_dir
+
+
+def _against_onnx_runtime(work, teacher_run, teacher_export, student_export,
+                          student_litert, texts):
+  """One text's p50 from raw text, in interleaved rounds: the teacher served
+  by ONNX Runtime (float32, int8) against our student's and teacher's
+  exports (float32 with --xla_single_text; int8 on 1 and 2 LiteRT threads
+  after the client tokenizer), each split into tokenizer and model where
+  the client tokenizes. Prints the table and returns {peer: p50 ms}."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  from export import client_tokenizer  # pylint: disable=g-import-not-at-top
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  vocab = os.path.join(teacher_export, "assets", next(  # --vocab_file's name
+      f for f in os.listdir(os.path.join(teacher_export, "assets"))
+      if f.endswith(".txt")))
+  tokenizer, sessions, _ = _onnx_teacher(work, teacher_run, vocab)
+  names = ["input_ids", "attention_mask", "token_type_ids"]
+  client = client_tokenizer.ClientTokenizer(
+      vocab, do_lower_case=True, max_seq_length=FLAGS.max_seq_length)
+  peers = {}  # name: (tokenize or None, model)
+  for kind, session in sessions.items():
+    peers[f"teacher ORT {kind}"] = (
+        lambda t: tokenizer(t, truncation=True,
+                            max_length=FLAGS.max_seq_length,
+                            return_tensors="np"),
+        lambda x, s=session: s.run(None, {n: x[n].astype(np.int64)
+                                          for n in names})[0])
+  for who, export in (("student", student_export), ("teacher", teacher_export)):
+    signatures = tf.saved_model.load(export).signatures
+    peers[f"{who} ours float32"] = (None, lambda t, f=signatures[
+        "serving_default"]: f(text=tf.constant(t))["logits"].numpy())
+    # The client tokenizes, as ORT's does: serving_ids (XLA for one row).
+    peers[f"{who} ours float32 client"] = (
+        client, lambda x, f=signatures["serving_ids"]: f(
+            input_word_ids=tf.constant(x["input_word_ids"]),
+            input_mask=tf.constant(x["input_mask"]),
+            input_type_ids=tf.constant(x["input_type_ids"]))["logits"].numpy())
+    if not os.path.exists(os.path.join(export, "model.tflite")):
+      print(f"{export} has no model.tflite (its int8 gate failed?): no int8 "
+            f"row for the {who}", flush=True)
+      continue
+    for threads in ((1,) if who == "student" else (1, 2)):
+      model = litert_int8.Int8Model.load(export, num_threads=threads)
+      peers[f"{who} ours int8 {threads}t"] = (
+          client, lambda x, m=model: m(**x)["logits"])
+  for threads in (1, 2):  # --litert: the student's float32 LiteRT model
+    model = litert_int8.Int8Model.load(student_litert, num_threads=threads)
+    peers[f"student ours LiteRT {threads}t"] = (
+        client, lambda x, m=model: m(**x)["logits"])
+  # The same answers: ORT float32 against our teacher's float32 export.
+  probe = texts[:8]
+  ort = np.concatenate([peers["teacher ORT float32"][1](
+      peers["teacher ORT float32"][0]([t])) for t in probe])
+  ours = np.concatenate([peers["teacher ours float32"][1]([t]) for t in probe])
+  print(f"teacher logits, ORT float32 vs ours: max |difference| "
+        f"{np.abs(ort - ours).max():.1e}", flush=True)
+  times = {name: {"call": [], "tokenizer": [], "model": []} for name in peers}
+  order = list(peers)
+  per_round = max(1, FLAGS.latency_calls // FLAGS.latency_rounds)
+  for text in texts[:10]:  # warm every path (XLA compiles per bucket)
+    for tokenize, model in peers.values():
+      model(tokenize([text])) if tokenize else model([text])
+  for r in range(FLAGS.latency_rounds):
+    for name in order[r % len(order):] + order[:r % len(order)]:
+      tokenize, model = peers[name]
+      for i in range(per_round):
+        text = [texts[(r * per_round + i) % len(texts)]]
+        start = time.perf_counter()
+        inputs = tokenize(text) if tokenize else text
+        middle = time.perf_counter()
+        model(inputs)
+        end = time.perf_counter()
+        times[name]["call"].append(end - start)
+        if tokenize:
+          times[name]["tokenizer"].append(middle - start)
+          times[name]["model"].append(end - middle)
+  p50 = {name: {part: float(np.median(v) * 1e3) if v else float("nan")
+                for part, v in parts.items()} for name, parts in times.items()}
+  print(f"one text from raw text, p50 ms over {FLAGS.latency_rounds} "
+        f"interleaved rounds of {per_round} calls (load average "
+        f"{os.getloadavg()[0]:.2f}):")
+  print(f"{'peer':<28} {'call':>7} {'tokenizer':>10} {'model':>7} "
+        f"{'vs ORT float32':>15} {'vs ORT int8':>12}")
+  for name, parts in p50.items():
+    print(f"{name:<28} {parts['call']:>7.2f} {parts['tokenizer']:>10.2f} "
+          f"{parts['model']:>7.2f} "
+          f"{parts['call'] / p50['teacher ORT float32']['call']:>14.2f}x "
+          f"{parts['call'] / p50['teacher ORT int8']['call']:>11.2f}x",
+          flush=True)
+  return {name: parts["call"] for name, parts in p50.items()}
 
 
 def main(argv):
@@ -240,19 +406,40 @@ def main(argv):
                                                                 "vocab.txt"))
   print(f"load average {os.getloadavg()[0]:.2f}; task {task}; model {model}; "
         f"student layers {FLAGS.student_layers}", flush=True)
-  rows = {name: [] for name in ("teacher", "distilled", "student",
-                                "hf_student")}
+  dev = [line.split("\t")[0] for line in
+         open(os.path.join(task, "dev.tsv"), encoding="utf-8")][1:]
+  first = os.path.join(work, f"%s-seed{FLAGS.seeds[0]}")
+  if FLAGS.latency_only:
+    _against_onnx_runtime(work, first % "teacher",
+                          _version(first % "teacher" + "-export"),
+                          _version(first % "distilled" + "-export"),
+                          _version(first % "distilled" + "-litert"), dev)
+    return
+  # The served exports: one text XLA-compiled, and the int8 model.
+  serve = ["--xla_single_text", "--quantize=int8"] if FLAGS.ort else []
+  rows = {name: [] for name in ("teacher", "distilled", "distilled+data",
+                                "student", "hf_student")}
   teacher_dir = None
   for seed in FLAGS.seeds:  # in turns
-    teacher = _ours(work, "teacher", seed, task, model, [])
+    teacher = _ours(work, "teacher", seed, task, model, serve)
     rows["teacher"].append(teacher)
     teacher_dir = teacher_dir or teacher["output_dir"]
     student = ["--student_layers=" + FLAGS.student_layers]
-    rows["distilled"].append(_ours(
-        work, "distilled", seed, task, model, student + [
-            f"--teacher={teacher_dir}",
-            f"--distill_alpha={FLAGS.distill_alpha}",
-            f"--distill_temperature={FLAGS.distill_temperature}"]))
+    distill = student + [f"--teacher={teacher_dir}",
+                         f"--distill_alpha={FLAGS.distill_alpha}",
+                         f"--distill_temperature={FLAGS.distill_temperature}"]
+    rows["distilled"].append(_ours(work, "distilled", seed, task, model,
+                                   distill + serve))
+    if FLAGS.ort and seed == FLAGS.seeds[0]:  # its float32 LiteRT model
+      _ours(work, "distilled", seed, task, model, distill + ["--litert"],
+            export_suffix="litert")
+    if FLAGS.distill_examples and not FLAGS.task_data_dir:
+      rows["distilled+data"].append(_ours(
+          work, "distilled+data", seed, task, model, student + [
+              f"--teacher={teacher_dir}",
+              f"--distill_data={os.path.join(work, 'unlabelled.tsv')}",
+              f"--distill_alpha={FLAGS.distill_alpha}",
+              f"--distill_temperature={FLAGS.distill_temperature}"]))
     rows["student"].append(_ours(work, "student", seed, task, model, student))
     if hf_model:
       rows["hf_student"].append(_hf_student(work, seed, task, hf_model,
@@ -260,9 +447,7 @@ def main(argv):
     print(f"seed {seed}: " + ", ".join(
         f"{name} {runs[-1]['accuracy']:.4f}" for name, runs in rows.items()
         if runs), flush=True)
-  dev = [line.split("\t")[0] for line in
-         open(os.path.join(task, "dev.tsv"), encoding="utf-8")][1:]
-  print(f"{'row':<12} {'dev accuracy':>22} {'train s':>9} {'p50 ms':>8} "
+  print(f"{'row':<14} {'dev accuracy':>22} {'train s':>9} {'p50 ms':>8} "
         f"{'b32 texts/s':>12}")
   for name, runs in rows.items():
     if not runs:
@@ -272,9 +457,13 @@ def main(argv):
       p50, rate = _served(runs[0]["export"], dev)
     else:
       p50, rate = runs[0]["p50_ms"], runs[0]["batch32_texts_per_s"]
-    print(f"{name:<12} {np.mean(accuracy):>9.4f} (spread {np.ptp(accuracy):.4f})"
+    print(f"{name:<14} {np.mean(accuracy):>9.4f} (spread {np.ptp(accuracy):.4f})"
           f" {np.mean([r['train_s'] for r in runs]):>9.1f} {p50:>8.2f} "
           f"{rate:>12.1f}", flush=True)
+  if FLAGS.ort:
+    _against_onnx_runtime(work, first % "teacher", rows["teacher"][0]["export"],
+                          rows["distilled"][0]["export"],
+                          _version(first % "distilled" + "-litert"), dev)
   print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
 
 

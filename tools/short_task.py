@@ -4,6 +4,10 @@
           rule label: "1" when a negative or error word is in it;
   long    consecutive sentences of one document packed to 118..126
           WordPieces, labelled by the half of the docs they come from;
+  hidden_topic  (4 classes) the short sentences that name words of exactly
+          one of HIDDEN_TOPICS, with those words deleted: the label is the
+          topic the rest of the sentence is about (class, error, file or
+          string), the same number of each; hard for a shallow model;
   topics  (multi-label) the short sentences, each labelled with every topic
           of TOPICS it names a word of (`error|file`; none: an empty label),
           for run_classifier --task_type=multi_label.
@@ -36,8 +40,34 @@ TOPICS = {
 }
 
 
+HIDDEN_TOPICS = ("class", "error", "file", "string")
+
+
+def _hidden_topic_rows(docs, rng):
+  """(text without its topic words, topic) rows, as many of each topic."""
+  by_topic = {t: [] for t in HIDDEN_TOPICS}
+  for doc in docs:
+    for s in doc:
+      if 4 <= len(s.split()) <= 60 and "\t" not in s:
+        words = set(re.findall(r"[a-z']+", s.lower()))
+        hit = [t for t in HIDDEN_TOPICS if words & TOPICS[t]]
+        if len(hit) == 1:
+          text = re.sub(r"\b(%s)\b" % "|".join(sorted(TOPICS[hit[0]])), "",
+                        s, flags=re.I)
+          text = " ".join(text.split())
+          if len(text.split()) >= 4:
+            by_topic[hit[0]].append((text, hit[0]))
+  each = min(len(rows) for rows in by_topic.values())
+  rows = []
+  for topic in HIDDEN_TOPICS:
+    rng.shuffle(by_topic[topic])
+    rows += by_topic[topic][:each]
+  return rows
+
+
 def classification_data(kind, tokenizer, n_train, n_predict, seed):
-  """(train, dev) lists of (text, label) of the short, long or topics task.
+  """(train, dev) lists of (text, label) of the short, hidden_topic, long or
+  topics task.
 
   `tokenizer` (a FullTokenizer) is only used by the long task. Raises
   ValueError when the corpus holds fewer texts than asked for.
@@ -45,7 +75,9 @@ def classification_data(kind, tokenizer, n_train, n_predict, seed):
   docs = corpus.documents()
   rng = random.Random(seed)
   rows = []
-  if kind in ("short", "topics"):
+  if kind == "hidden_topic":
+    rows = _hidden_topic_rows(docs, rng)
+  elif kind in ("short", "topics"):
     for doc in docs:
       for s in doc:
         if 4 <= len(s.split()) <= 60 and "\t" not in s:
