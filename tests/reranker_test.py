@@ -63,6 +63,13 @@ def test_ranking_metrics_on_a_hand_made_case():
   # Reranked by scores, ties keeping the candidates' order.
   order = candidates.reranked([np.array([7, 8, 9])], [[0.1, 0.5, 0.5]])[0]
   assert order.tolist() == [8, 9, 7]
+  # Reciprocal rank fusion, k = 60: retriever ranks 1, 2, 3 (the order),
+  # reranker ranks 3, 1, 2 -> 1/61 + 1/63, 1/62 + 1/61, 1/63 + 1/62.
+  fused = candidates.fused([[0.1, 0.9, 0.5]])[0]
+  np.testing.assert_allclose(
+      fused, [1 / 61 + 1 / 63, 1 / 62 + 1 / 61, 1 / 63 + 1 / 62])
+  assert candidates.reranked([np.array([7, 8, 9])],
+                             [fused])[0].tolist() == [8, 7, 9]
 
 
 def test_mining_takes_the_guides_window_and_limits():
@@ -259,8 +266,16 @@ def test_rerank_signature_gives_the_runs_scores_and_metrics(trained, served):
   ours = candidates.ranking_metrics(candidates.reranked(top, scores),
                                     relevant)
   theirs = candidates.ranking_metrics(top, relevant)
+  # Fused on the logits, as the run does (sigmoids in float32 tie where
+  # logits differ).
+  logits = [rerank(query=tf.constant(q), passages=tf.constant(
+      [passages[j] for j in c]))["logits"].numpy() for q, c in zip(queries,
+                                                                  top)]
+  both = candidates.ranking_metrics(
+      candidates.reranked(top, candidates.fused(logits)), relevant)
   results = trained["results"]
   for key in ("mrr_at_10", "ndcg_at_10"):
+    assert results[f"eval_fused_{key}"] == pytest.approx(both[key], abs=1e-6)
     assert results[f"eval_{key}"] == pytest.approx(ours[key], abs=1e-6)
     assert results[f"eval_retriever_{key}"] == pytest.approx(theirs[key],
                                                              abs=1e-6)
@@ -329,6 +344,13 @@ def test_a_killed_run_resumes_exactly(trained, tmp_path):
                                   reference.get_tensor(name), err_msg=name)
   assert (out / "reranker_negatives.tsv").read_text() == (
       trained["out"] / "reranker_negatives.tsv").read_text()
+  # Evaluation alone (no --do_train: no training pairs, no positive
+  # weight) of the finished run: its line, and the same dev figures.
+  alone = testing.run_program("official_bert.run_reranker", [
+      a for a in trained["argv"](out) if a not in ("--do_train",
+                                                    "--do_predict")])
+  assert "reranker (bce): dev 16 queries" in alone.stdout
+  assert "eval_fused_mrr_at_10 " in alone.stdout
 
 
 def _bad_vocab(tmp_path):
@@ -416,7 +438,12 @@ def test_retrieve_then_rerank_block_runs(trained, served, capsys,
       [corpus[i] for i in top]))["scores"].numpy()
   expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
   assert namespace["reranked"] == expected
-  assert capsys.readouterr().out.strip() == str(expected)
+  logits = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
+      [corpus[i] for i in top]))["logits"].numpy()
+  fused = candidates.fused([logits])[0]
+  assert capsys.readouterr().out.strip().splitlines() == [
+      str(expected), str([corpus[i] for i in top[np.argsort(-fused,
+                                                            kind="stable")]])]
 
 
 def test_benchmark_without_datasets_is_one_sentence(tmp_path, monkeypatch):

@@ -19,6 +19,14 @@ that order:
     has (sentence-transformers' "labeled-pair" output, what its
     BinaryCrossEntropyLoss reads).
 
+`fused` combines the two orders of a query's candidates, the retriever's
+(the candidates' own order) and the reranker's (its scores), by reciprocal
+rank fusion (Cormack et al., 2009: each candidate scores the sum of
+1 / (k + rank) over the orders, k = 60 as published, ranks from 1): the
+reranker's judgement where it is sure, the retriever's where it is not.
+On a task where the cross-encoder alone reranks below its retriever, the
+fused order can still rank above both (docs/search.md).
+
 `ranking_metrics` computes MRR@10 and nDCG@10 of any order (the retriever's,
 or the reranker's scores) against each query's positives; a positive that
 is not among a query's candidates counts as missed (as sentence-
@@ -82,6 +90,24 @@ def mine(scores, positives, own_text, num_negatives=NUM_NEGATIVES,
     skipped += len(window) - len(kept)
     negatives.append(kept[:num_negatives])
   return negatives, skipped
+
+
+RRF_K = 60  # reciprocal rank fusion's constant, as published
+
+
+def fused(scores, k=RRF_K):
+  """Reciprocal rank fusion of each query's candidates (a list of Q float
+  arrays of the reranker's scores, the candidates in the retriever's order,
+  best first): 1 / (k + retriever rank) + 1 / (k + reranker rank), ranks
+  from 1, the reranker's ties by the retriever's order. A list of Q float
+  arrays, what `reranked` orders."""
+  out = []
+  for s in scores:
+    s = np.asarray(s, np.float64)
+    by_reranker = np.empty(len(s))
+    by_reranker[np.argsort(-s, kind="stable")] = np.arange(1, len(s) + 1)
+    out.append(1 / (k + np.arange(1, len(s) + 1)) + 1 / (k + by_reranker))
+  return out
 
 
 def ranking_metrics(orders, relevant, k=10):

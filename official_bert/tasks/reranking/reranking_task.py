@@ -26,7 +26,9 @@ Losses:
 
 Evaluation: each dev query's candidates reordered by score: eval_mrr_at_10
 (the best metric) and eval_ndcg_at_10, beside the retriever's own order's
-eval_retriever_mrr_at_10 and eval_retriever_ndcg_at_10 (with a retriever).
+eval_retriever_mrr_at_10 and eval_retriever_ndcg_at_10 (with a retriever),
+and the two orders fused by reciprocal rank fusion (candidates.fused):
+eval_fused_mrr_at_10, eval_fused_ndcg_at_10.
 Prediction: the test file's (query, passage) rows scored, test_results.tsv.
 Export (`export_spec`): text pairs in, `scores` and `logits` out
 (export/rerank_serving.py adds the `rerank` signature: one query, N
@@ -347,8 +349,9 @@ class RerankingTask:
 
   def log_start(self, run_description):
     config = self.config
-    loss = (f"bce, positives weighted {self.positive_weight:g}"
-            if config.loss == "bce" else "listwise")
+    loss = config.loss
+    if config.loss == "bce" and self.positive_weight is not None:
+      loss += f", positives weighted {self.positive_weight:g}"  # training
     parts = []
     for name, split in self.splits.items():
       count = (f"{self.num_train_examples} {self.example_name}"
@@ -448,11 +451,17 @@ class RerankingTask:
   def evaluate(self, predict, step):
     """Each dev query's candidates reranked by the model's logits."""
     split = self.splits["dev"]
+    scores = self._dev_scores(predict)
     found = candidates_lib.ranking_metrics(
-        candidates_lib.reranked(split.candidates, self._dev_scores(predict)),
-        split.relevant)
+        candidates_lib.reranked(split.candidates, scores), split.relevant)
     result = {f"eval_{k}": v for k, v in found.items()}
     result.update(self.retriever_metrics)
+    if self.retriever_metrics:  # the two orders fused (candidates.fused)
+      both = candidates_lib.ranking_metrics(
+          candidates_lib.reranked(split.candidates,
+                                  candidates_lib.fused(scores)),
+          split.relevant)
+      result.update({f"eval_fused_{k}": v for k, v in both.items()})
     result["eval_num_queries"] = len(split.relevant)
     result["eval_candidates_per_query"] = float(np.mean(
         [len(c) for c in split.candidates]))
@@ -464,7 +473,8 @@ class RerankingTask:
             f"eval_ndcg_at_10 {result['eval_ndcg_at_10']:.4f}")
     if "eval_retriever_mrr_at_10" in result:
       said += (" (retriever alone: eval_mrr_at_10 "
-               f"{result['eval_retriever_mrr_at_10']:.4f})")
+               f"{result['eval_retriever_mrr_at_10']:.4f}; the two fused: "
+               f"{result['eval_fused_mrr_at_10']:.4f})")
     return said
 
   def predict(self, predict, step):
