@@ -39,7 +39,8 @@ _FLAG_NAMES = ("bert_config_file", "init_checkpoint", "vocab_file",
                "do_lower_case", "max_seq_length", "export_dir", "version",
                "text_pair", "dynamic_length", "pad_multiple",
                "normalize_embedding", "fill_mask", "fill_mask_top_k",
-               "remove_padding", "weights_dtype", "xla_single_text", "quantize")
+               "remove_padding", "weights_dtype", "xla_single_text", "quantize",
+               "litert")
 
 
 def main(argv):
@@ -64,6 +65,7 @@ def main(argv):
         remove_padding=FLAGS.remove_padding,
         weights_dtype=FLAGS.weights_dtype,
         xla_single_text=FLAGS.xla_single_text, quantize=FLAGS.quantize,
+        litert=FLAGS.litert,
         log=lambda message: print(f"[{time.time() - start:6.1f} s] {message}",
                                   flush=True))
   except (ValueError, OSError) as e:
@@ -84,9 +86,10 @@ def main(argv):
         f"{fill_mask}; ops: {len(ops['core'])} core "
         f"TF, {len(ops['tf_text'])} TF Text; {time.time() - start:.1f} s",
         flush=True)
-  if FLAGS.quantize == "int8":
+  if FLAGS.quantize == "int8" or FLAGS.litert:
+    kind = "int8 weights" if FLAGS.quantize == "int8" else "float32 weights"
     print(f"Wrote {os.path.join(path, litert_int8.LITERT_FILE)}: "
-          f"{serving.SIGNATURE_IDS} with int8 weights (LiteRT; serve it with "
+          f"{serving.SIGNATURE_IDS} with {kind} (LiteRT; serve it with "
           f"--prefer_tflite_model=true)", flush=True)
 
 
@@ -137,6 +140,11 @@ def define_flags():
                        "serving_ids with int8 weights per channel (LiteRT; "
                        "TF Serving serves it with --prefer_tflite_model="
                        "true).")
+  flags.DEFINE_bool("litert", False, "Also write <version>/model.tflite, "
+                    "serving_ids as a LiteRT model (TF Serving "
+                    "--prefer_tflite_model=true): float32 (XNNPACK: one "
+                    "text's fastest float32 path on a CPU), or with "
+                    "--quantize=int8 its int8 weights (written anyway).")
   flags.mark_flag_as_required("export_dir")
   flags.adopt_module_key_flags(saved_model_io)  # listed by --help
 

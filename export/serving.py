@@ -485,7 +485,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                        normalize_embedding=False, mlm_head=None,
                        top_k=DEFAULT_TOP_K, remove_padding=None,
                        windowing=None, xla_single_text=False,
-                       quantize="none", int8_content=None):
+                       quantize="none", int8_content=None, litert=False):
   """Writes `model` as TF Serving version `<export_dir>/<version>/`.
 
   Args:
@@ -526,6 +526,9 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       written as `model.tflite` instead of converting again; quantize="int8"
       is implied. The SavedModel and model.tflite appear together or not at
       all.
+    litert: without int8, `model.tflite` is `serving_ids` in float32
+      (`--litert`: LiteRT's XNNPACK float32 kernels, one text's fastest
+      float32 path on a CPU); the warmup as with int8.
 
   Returns:
     The path of the written version directory.
@@ -568,11 +571,14 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
   if xla_single_text and warmup_texts:
     requests += _bucket_requests(module)
   int8 = int8_content
-  if quantize == "int8" or int8 is not None:
+  if quantize == "int8" or int8 is not None or litert:
     if int8 is None:
-      log("converting serving_ids to LiteRT with int8 weights")
-      int8 = int8_model(model, outputs, vocab_file, do_lower_case,
-                        seq_length, remove_padding=remove_padding)
+      int8 = quantize == "int8"
+      log("converting serving_ids to LiteRT "
+          + ("with int8 weights" if int8 else "in float32"))
+      int8 = litert_model(model, outputs, vocab_file,
+                          do_lower_case, seq_length,
+                          remove_padding=remove_padding, int8=int8)
     # TF Serving replays the warmup against model.tflite too under
     # --prefer_tflite_model, and a failed request fails the load: keep the
     # requests both serve.
@@ -672,6 +678,9 @@ def export_pretrained(export_dir, bert_config_file, init_checkpoint,
   if weights_dtype == "bfloat16" and kwargs.get("quantize", "none") != "none":
     raise ValueError("--quantize=int8 quantizes float32 weights: drop "
                      "--weights_dtype=bfloat16 or --quantize")
+  if weights_dtype == "bfloat16" and kwargs.get("litert"):
+    raise ValueError("--litert converts float32 weights: drop "
+                     "--weights_dtype=bfloat16 or --litert")
   if kwargs.get("log"):
     kwargs["log"](f"restoring the encoder from {init_checkpoint}")
   encoder, mlm_head = saved_model_io.load_pretrained(

@@ -611,6 +611,37 @@ def test_int8_export_adds_a_litert_serving_ids_with_int8_weights(
   assert 0 < np.abs(got["pooled_output"] - want["pooled_output"]).max() < 0.1
 
 
+def test_litert_export_is_serving_ids_in_float32(exported, served, tmp_path):
+  # --litert: model.tflite, serving_ids in float32 (no int8 tensor), the
+  # SavedModel's numbers; the warmup holds what both serve.
+  from export import litert_int8  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="drop --weights_dtype=bfloat16 or "
+                     "--litert"):
+    serving.export_pretrained(
+        str(tmp_path / "no"), str(exported["root"] / "bert_config.json"),
+        str(exported["root"] / "ckpt" / "ckpt-1"), VOCAB,
+        weights_dtype="bfloat16", litert=True)
+  path = serving.export_saved_model(
+      str(tmp_path / "f32"), exported["encoder"], VOCAB,
+      seq_length=SEQ_LENGTH, litert=True)
+  model = litert_int8.Int8Model.load(path)
+  details = model._interpreter.get_tensor_details()  # pylint: disable=protected-access
+  assert not [d for d in details if d["dtype"] == np.int8]
+  ids = testing.random_inputs(seq=11, seed=4)
+  got = model(**ids)
+  want = served.signatures["serving_ids"](
+      **{k: tf.constant(v) for k, v in ids.items()})
+  assert set(got) == set(want)
+  for name, value in got.items():
+    np.testing.assert_allclose(value, want[name], atol=1e-5, err_msg=name)
+  from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
+  logs = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
+          for record in tf.data.TFRecordDataset(
+              os.path.join(path, serving.WARMUP_FILE))]
+  assert {log.predict_log.request.model_spec.signature_name
+          for log in logs} == {"serving_ids"}
+
+
 def test_ner_and_squad_xla_single_text_equal_their_plain_exports():
   # run_ner's and run_squad's --xla_single_text: a request whose one text
   # fits one window runs the model XLA-compiled (serving.OneRowXla), cut to
