@@ -45,44 +45,48 @@ import numpy as np
 
 from benchmarks import logged_run
 
-flags.DEFINE_string("work_dir", None, "Runs, exports and the task go here.")
-flags.DEFINE_string("task_data_dir", None, "A classification task "
-                    "(train.tsv, dev.tsv with sentence, label); default: "
-                    "tools/short_task.py's, written to work_dir/task.")
-flags.DEFINE_string("init_checkpoint", None, "The pretrained model (a "
-                    "folder with bert_config.json, vocab.txt, the checkpoint).")
-flags.DEFINE_string("hf_model", None, "The same model as a Hugging Face "
-                    "directory (for hf_student; unset: no hf_student row).")
-flags.DEFINE_string("student_layers", "0,2,4", "The layers students keep.")
-flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds, in turns.")
-flags.DEFINE_float("learning_rate", 5e-5, "Peak rate, every row.")
-flags.DEFINE_float("num_train_epochs", 3, "Epochs, every row.")
-flags.DEFINE_integer("train_batch_size", 32, "Batch, every row.")
-flags.DEFINE_integer("max_seq_length", 128, "Length, every row.")
-flags.DEFINE_float("distill_alpha", 0.5, "The distilled row's --distill_alpha.")
-flags.DEFINE_float("distill_temperature", 2.0, "Its --distill_temperature.")
-flags.DEFINE_integer("train_examples", 4000, "Default task: training "
-                     "sentences.")
-flags.DEFINE_integer("dev_examples", 1000, "Default task: dev sentences.")
-flags.DEFINE_enum("task", "short", ["short", "hidden_topic"], "Without "
-                  "--task_data_dir: tools/short_task.py's task to write.")
-flags.DEFINE_integer("distill_examples", 0, "Without --task_data_dir: this "
-                     "many more texts of the task, unlabelled, for a "
-                     "`distilled+data` row (the distilled student with "
-                     "--distill_data); 0: no such row.")
-flags.DEFINE_integer("latency_calls", 200, "One-text calls timed per export.")
-flags.DEFINE_bool("ort", True, "Also time one text against the teacher "
-                  "served by ONNX Runtime (float32 and quantize_dynamic's "
-                  "int8), our exports in float32 (--xla_single_text) and "
-                  "int8 (LiteRT after the client tokenizer); see the "
-                  "module docstring. Needs torch, transformers, onnxruntime.")
-flags.DEFINE_bool("latency_only", False, "Train nothing: the --ort timing "
-                  "alone, of the first seed's teacher and distilled runs "
-                  "and exports already in --work_dir.")
-flags.DEFINE_integer("latency_rounds", 6, "--ort: interleaved rounds; each "
-                     "peer answers --latency_calls / rounds texts a round.")
-flags.DEFINE_bool("smoke", False, "A tiny random model and task (see the "
-                  "module docstring).")
+def define_flags():
+  """The benchmark's flags (defined when it runs as a program)."""
+  flags.DEFINE_string("work_dir", None, "Runs, exports and the task go here.")
+  flags.DEFINE_string("task_data_dir", None, "A classification task "
+                      "(train.tsv, dev.tsv with sentence, label); default: "
+                      "tools/short_task.py's, written to work_dir/task.")
+  flags.DEFINE_string("init_checkpoint", None, "The pretrained model (a "
+                      "folder with bert_config.json, vocab.txt, the checkpoint).")
+  flags.DEFINE_string("hf_model", None, "The same model as a Hugging Face "
+                      "directory (for hf_student; unset: no hf_student row).")
+  flags.DEFINE_string("student_layers", "0,2,4", "The layers students keep.")
+  flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds, in turns.")
+  flags.DEFINE_float("learning_rate", 5e-5, "Peak rate, every row.")
+  flags.DEFINE_float("num_train_epochs", 3, "Epochs, every row.")
+  flags.DEFINE_integer("train_batch_size", 32, "Batch, every row.")
+  flags.DEFINE_integer("max_seq_length", 128, "Length, every row.")
+  flags.DEFINE_float("distill_alpha", 0.5, "The distilled row's --distill_alpha.")
+  flags.DEFINE_float("distill_temperature", 2.0, "Its --distill_temperature.")
+  flags.DEFINE_integer("train_examples", 4000, "Default task: training "
+                       "sentences.")
+  flags.DEFINE_integer("dev_examples", 1000, "Default task: dev sentences.")
+  flags.DEFINE_enum("task", "short", ["short", "hidden_topic"], "Without "
+                    "--task_data_dir: tools/short_task.py's task to write.")
+  flags.DEFINE_integer("distill_examples", 0, "Without --task_data_dir: this "
+                       "many more texts of the task, unlabelled, for a "
+                       "`distilled+data` row (the distilled student with "
+                       "--distill_data); 0: no such row.")
+  flags.DEFINE_integer("latency_calls", 200, "One-text calls timed per export.")
+  flags.DEFINE_bool("ort", True, "Also time one text against the teacher "
+                    "served by ONNX Runtime (float32 and quantize_dynamic's "
+                    "int8), our exports in float32 (--xla_single_text) and "
+                    "int8 (LiteRT after the client tokenizer); see the "
+                    "module docstring. Needs torch, transformers, onnxruntime.")
+  flags.DEFINE_bool("latency_only", False, "Train nothing: the --ort timing "
+                    "alone, of the first seed's teacher and distilled runs "
+                    "and exports already in --work_dir.")
+  flags.DEFINE_integer("latency_rounds", 6, "--ort: interleaved rounds; each "
+                       "peer answers --latency_calls / rounds texts a round.")
+  flags.DEFINE_bool("smoke", False, "A tiny random model and task (see the "
+                    "module docstring).")
+
+
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
@@ -468,4 +472,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -20,7 +20,9 @@ negatives per positive, as the guide's pos_weight):
           process; train time its `train_runtime`.
 
 Both are scored alike (tasks/reranking/candidates.py): each dev query's top
---rerank_top_k dev passages by the retriever, reranked; MRR@10. Prints
+--rerank_top_k dev passages by the retriever, reranked; MRR@10, alone
+and fused with the retriever's order (candidates.fused: reciprocal rank
+fusion; theirs on CrossEncoder.predict's scores). Prints
 per round and side the train pairs/s and dev MRR@10, the retriever's own
 MRR@10, then the ratio of pairs/s, ours/theirs:
 
@@ -157,6 +159,7 @@ def ours(work, turn, loss, start, vocab, retriever):
     results = {k: float(v) for k, v in (l.split(" = ") for l in f)}
   return {"rate": pairs / float(m.group(3)), "load": load, "out": out,
           "mrr_at_10": results["eval_mrr_at_10"],
+          "fused_mrr_at_10": results["eval_fused_mrr_at_10"],
           "retriever_mrr_at_10": results["eval_retriever_mrr_at_10"]}
 
 
@@ -224,10 +227,14 @@ def theirs(work, turn, hf_start, retriever, rows, negatives_file):
                           batch_size=FLAGS.batch_size,
                           show_progress_bar=False)
             for q, c in zip(dev_queries, top)]
+  relevant = [{i} for i in range(len(dev_queries))]
   found = candidates.ranking_metrics(candidates.reranked(top, scores),
-                                     [{i} for i in range(len(dev_queries))])
+                                     relevant)
+  fused = candidates.ranking_metrics(  # with the retriever's order, as ours
+      candidates.reranked(top, candidates.fused(scores)), relevant)
   return {"rate": len(labels) * FLAGS.epochs / seconds, "load": load,
-          "mrr_at_10": found["mrr_at_10"]}
+          "mrr_at_10": found["mrr_at_10"],
+          "fused_mrr_at_10": fused["mrr_at_10"]}
 
 
 def main(argv):
@@ -261,15 +268,18 @@ def main(argv):
           f"{first['retriever_mrr_at_10']:.4f}", flush=True)
     for name, side in sides.items():
       print(f"  round {turn + 1} {name:13s} train {side['rate']:7.1f} "
-            f"pairs/s | dev MRR@10 {side['mrr_at_10']:.4f} | load "
+            f"pairs/s | dev MRR@10 {side['mrr_at_10']:.4f}, fused with "
+            f"the retriever {side['fused_mrr_at_10']:.4f} | load "
             f"{side['load']:.2f}", flush=True)
     rounds.append(sides)
   median = {name: {key: float(np.median([t[name][key] for t in rounds]))
-                   for key in ("rate", "mrr_at_10")} for name in rounds[0]}
+                   for key in ("rate", "mrr_at_10", "fused_mrr_at_10")}
+            for name in rounds[0]}
   summary = {"retriever_mrr_at_10": rounds[0][next(iter(rounds[0]))][
       "retriever_mrr_at_10"]}
   for name in rounds[0]:
     summary[f"{name}_mrr_at_10"] = median[name]["mrr_at_10"]
+    summary[f"{name}_fused_mrr_at_10"] = median[name]["fused_mrr_at_10"]
     if name != "theirs":
       summary[f"{name}_train_x"] = (median[name]["rate"]
                                     / median["theirs"]["rate"])

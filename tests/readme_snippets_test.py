@@ -212,6 +212,9 @@ BLOCKS = {
         "python -m official_bert.run_embedding --teacher=minilm "
         "--distill_data=/tmp/texts.txt \\": "distilled embedding student",
         "from export import client_tokenizer, litert_int8": "int8 client",
+        "python -m benchmarks.distillation_benchmark "
+        "--work_dir=/tmp/hard_distill --init_checkpoint=minilm \\":
+            "distillation benchmark",
     },
 }
 
@@ -468,6 +471,10 @@ FLAGS_CHECKED_BLOCKS = {
         "test_classifier_student_fits_the_cached_teacher_and_resumes: "
         "run_classifier --teacher with --distill_alpha and "
         "--distill_temperature, the cache, eval_results.txt's teacher keys"),
+    "distillation benchmark": (
+        "benchmarks/distillation_benchmark.py --smoke (run by hand: minutes; "
+        "it trains 5 rows a seed) and tests/distillation_test.py: "
+        "run_classifier --teacher, --distill_data and the exports it times"),
     "distilled embedding student": (
         "tests/distillation_test.py::"
         "test_embedding_student_fits_a_folders_embeddings_and_counts_texts: "
@@ -1863,6 +1870,11 @@ def test_student_block_flags(world):
 def test_distilled_student_block_flags(world):
   (command,) = _check_flags("distilled student", world)
   assert "--teacher=" in command and "--student_layers=" in command
+
+
+def test_distillation_benchmark_block_flags(world):
+  (command,) = _check_flags("distillation benchmark", world)
+  assert "--task=hidden_topic" in command and "--distill_examples=" in command
 
 
 def test_distilled_embedding_student_block_flags(world):
