@@ -146,6 +146,8 @@ BLOCKS = {
         "python -m export.export_saved_model --bert_config_file=minilm/"
         "bert_config.json \\": "reranker",
         "import numpy as np": "retrieve then rerank (run by reranker_test)",
+        "python -m benchmarks.reranker_benchmark "
+        "--work_dir=/tmp/reranker_benchmark \\": "reranker benchmark",
     },
     "docs/ner.md": {
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
@@ -433,6 +435,11 @@ FLAGS_CHECKED_BLOCKS = {
         "test_cross_encoder_on_the_hugging_face_export_gives_the_same_scores:"
         " export_checkpoint --format=huggingface of the run's best/ "
         "(this block trains all-MiniLM-L6-v2 on 2,000 queries: minutes)"),
+    "reranker benchmark": (
+        "tests/reranker_test.py::"
+        "test_benchmark_without_datasets_is_one_sentence (its --smoke run "
+        "takes ~100 s, run by hand; the real one trains all-MiniLM-L6-v2 "
+        "three times: minutes)"),
     "large batches": (
         "tests/gradcache_test.py::"
         "test_mini_batch_size_reaches_the_train_step: run_embedding with "
@@ -1220,6 +1227,11 @@ def test_sentence_embeddings_block_flags(world):
   assert f"--task_data_dir={out_dir} " in run and "--export_dir=" in run
   assert f"--init_checkpoint={output_dir} " in export
   assert "--format=sentence_transformers" in export
+
+
+def test_reranker_benchmark_block_flags(world):
+  (command,) = _check_flags("reranker benchmark", world)
+  assert "--losses=bce,listwise" in command
 
 
 def test_embedding_benchmark_block_flags(world):

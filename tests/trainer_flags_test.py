@@ -54,6 +54,7 @@ def test_trainer_flags_are_defined_only_in_trainer_flags():
     ("official_bert.run_squad", "100", "2"),
     ("official_bert.run_ner", "100", "2"),
     ("official_bert.run_embedding", "100", "2"),
+    ("official_bert.run_reranker", "100", "2"),
 ])
 def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
                                                  kept):
@@ -61,10 +62,11 @@ def test_each_program_has_them_with_its_defaults(module, steps_per_loop,
   assert set(TRAINER_FLAGS) <= set(defaults)
   assert defaults["steps_per_loop"] == steps_per_loop
   assert defaults["keep_checkpoint_max"] == kept
-  # The original's update, but in run_embedding (no original program to be
-  # faithful to; the bias-corrected one measured better there).
-  want = ("keras_adamw", "1e-08") if module.endswith("run_embedding") else (
-      "adamw", "1e-06")
+  # The original's update, but in run_embedding and run_reranker (no
+  # original program to be faithful to; the bias-corrected one measured
+  # better there).
+  want = ("keras_adamw", "1e-08") if module.endswith(
+      ("run_embedding", "run_reranker")) else ("adamw", "1e-06")
   assert (defaults["optimizer"], defaults["adam_epsilon"]) == want
 
 
