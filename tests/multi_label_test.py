@@ -292,7 +292,8 @@ def test_a_failed_int8_step_exports_nothing(trained, tmp_path, monkeypatch,
   from export import litert_int8  # pylint: disable=g-import-not-at-top
   from export import serving as serving_lib  # pylint: disable=g-import-not-at-top
   if failure == "conversion":
-    def convert(module, signature):
+    def convert(module, signature, int8=True):
+      del module, signature, int8
       raise ValueError("the int8 (LiteRT) conversion found ops LiteRT has "
                        "no builtin for (Planted); export without "
                        "--quantize=int8")

@@ -437,9 +437,10 @@ FLAGS_CHECKED_BLOCKS = {
         "(this block trains all-MiniLM-L6-v2 on 2,000 queries: minutes)"),
     "reranker benchmark": (
         "tests/reranker_test.py::"
-        "test_benchmark_without_datasets_is_one_sentence (its --smoke run "
-        "takes ~100 s, run by hand; the real one trains all-MiniLM-L6-v2 "
-        "three times: minutes)"),
+        "test_benchmark_without_datasets_is_one_sentence: the benchmark "
+        "stops in one sentence without `datasets` (its --smoke run takes "
+        "~100 s, run by hand; the real one trains all-MiniLM-L6-v2 three "
+        "times: minutes)"),
     "large batches": (
         "tests/gradcache_test.py::"
         "test_mini_batch_size_reaches_the_train_step: run_embedding with "
@@ -479,9 +480,10 @@ FLAGS_CHECKED_BLOCKS = {
         "run_classifier --teacher with --distill_alpha and "
         "--distill_temperature, the cache, eval_results.txt's teacher keys"),
     "distillation benchmark": (
-        "benchmarks/distillation_benchmark.py --smoke (run by hand: minutes; "
-        "it trains 5 rows a seed) and tests/distillation_test.py: "
-        "run_classifier --teacher, --distill_data and the exports it times"),
+        "tests/distillation_test.py::"
+        "test_classifier_student_fits_the_cached_teacher_and_resumes: "
+        "run_classifier --teacher, which the benchmark runs (its --smoke: "
+        "run by hand, minutes; the real one trains 5 rows a seed)"),
     "distilled embedding student": (
         "tests/distillation_test.py::"
         "test_embedding_student_fits_a_folders_embeddings_and_counts_texts: "
