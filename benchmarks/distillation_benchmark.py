@@ -12,6 +12,8 @@ rate, warmup, decay and length, in turns, for every seed:
   distilled       the teacher's command plus `--student_layers=L
                   --teacher=<the teacher of seed 1>` (soft targets at
                   --distill_temperature, mixed by --distill_alpha)
+  distilled+data  with --distill_examples=N: the distilled student with
+                  `--distill_data` (N more texts of --task, unlabelled)
   student         the same student layers, labels only (no --teacher)
   hf_student      transformers' `Trainer` on `BertForSequenceClassification`
                   from --hf_model with the same layers kept, labels only
@@ -22,6 +24,17 @@ and, for our rows, the export's one text p50 (ms) and batch 32 texts/s as
 served (`serving_default`, raw text in, loaded in this process, library
 default threads); for hf_student the same through `BertTokenizerFast` and
 torch.
+
+--ort (the default; --latency_only alone, on a work_dir's runs): one text
+from raw text, p50 over interleaved rounds, the first seed's teacher served
+by ONNX Runtime (`export_checkpoint --format=huggingface`, then
+`torch.onnx.export`; float32 and `quantize_dynamic` at its defaults, after
+`BertTokenizerFast`, ORT's default threads) against our exports: float32
+from raw text (`--xla_single_text`), float32 after the client tokenizer
+(`serving_ids`), the student's float32 LiteRT model (`--litert`, 1 and 2
+threads) and int8 (`--quantize=int8`, the client tokenizer, 1 LiteRT
+thread; the teacher's on 1 and 2), with the tokenizer/model split where a
+client tokenizes.
 
     python -m benchmarks.distillation_benchmark --work_dir=/tmp/distill \
         --init_checkpoint=minilm --hf_model=/path/to/all-MiniLM-L6-v2 \

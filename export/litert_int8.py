@@ -25,12 +25,12 @@ the raw-text signatures stay in the (float32) SavedModel.
     content = convert(module, "serving_ids")   # a ServingModule
     write(version_dir, content)
     model = Int8Model(content)                 # or Int8Model.load(version_dir)
+    outputs = model(input_word_ids=..., input_mask=..., input_type_ids=...)
 
 `convert(module, "serving_ids", int8=False)` is the same model in float32
 (`--litert` without `--quantize=int8`): LiteRT's XNNPACK float32 kernels
 answer one short text faster than TensorFlow's or XLA's float32 matmuls on
 a few rows (docs/distillation.md); `Int8Model` runs it as well.
-    outputs = model(input_word_ids=..., input_mask=..., input_type_ids=...)
 """
 
 import os

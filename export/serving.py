@@ -570,15 +570,14 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
                               fill_mask=mlm_head is not None)
   if xla_single_text and warmup_texts:
     requests += _bucket_requests(module)
-  int8 = int8_content
+  int8 = int8_content  # model.tflite's bytes (int8, or float32: litert)
   if quantize == "int8" or int8 is not None or litert:
     if int8 is None:
-      int8 = quantize == "int8"
-      log("converting serving_ids to LiteRT "
-          + ("with int8 weights" if int8 else "in float32"))
-      int8 = litert_model(model, outputs, vocab_file,
-                          do_lower_case, seq_length,
-                          remove_padding=remove_padding, int8=int8)
+      log("converting serving_ids to LiteRT " + (
+          "with int8 weights" if quantize == "int8" else "in float32"))
+      int8 = litert_model(model, outputs, vocab_file, do_lower_case,
+                          seq_length, remove_padding=remove_padding,
+                          int8=quantize == "int8")
     # TF Serving replays the warmup against model.tflite too under
     # --prefer_tflite_model, and a failed request fails the load: keep the
     # requests both serve.
@@ -610,10 +609,11 @@ def int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
 def litert_model(model, outputs, vocab_file, do_lower_case, seq_length,
                  remove_padding=None, int8=True):
   """`int8_model`, or with `int8=False` the same LiteRT model in float32
-  (`--litert`)."""
-  module = ServingModule(model, litert_int8.numeric(outputs), vocab_file,
-                         do_lower_case, seq_length,
-                         remove_padding=remove_padding)
+  (`--litert`). `outputs` None: the model's own (`litert_int8.
+  model_outputs`: a dict as it is, one array as `logits`)."""
+  module = ServingModule(
+      model, litert_int8.numeric(outputs or litert_int8.model_outputs),
+      vocab_file, do_lower_case, seq_length, remove_padding=remove_padding)
   return litert_int8.convert(module, SIGNATURE_IDS, int8=int8)
 
 
@@ -629,8 +629,8 @@ def int8_predictor(model, outputs, vocab_file, do_lower_case, seq_length):
   model's dict as it is, its one array as `logits`. A failed conversion is
   a cli.Error sentence saying that nothing was exported."""
   try:
-    content = int8_model(model, outputs or litert_int8.model_outputs,
-                         vocab_file, do_lower_case, seq_length)
+    content = int8_model(model, outputs, vocab_file, do_lower_case,
+                         seq_length)
   except ValueError as e:
     raise cli.Error(f"nothing was exported: {e}") from None
   lite = litert_int8.Int8Model(content)

@@ -380,11 +380,9 @@ def run(fv, task, program, export=None):
 
     def export(model, int8_content=None):  # pylint: disable=function-redefined
       del int8_content  # None: no --quantize=int8
-      from export import litert_int8  # pylint: disable=g-import-not-at-top
       from export import serving  # pylint: disable=g-import-not-at-top
       return plain_export(model, serving.litert_model(
-          model, task.export_spec().int8_outputs or litert_int8.model_outputs,
-          fv.vocab_file,
+          model, task.export_spec().int8_outputs, fv.vocab_file,
           fv.do_lower_case, fv.max_seq_length, int8=False))
 
   return finetuner.read_and_run(
