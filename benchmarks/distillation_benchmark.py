@@ -281,8 +281,8 @@ def _onnx_teacher(work, teacher_run, vocab):
   defaults. Returns (BertTokenizerFast, {name: InferenceSession}, hf dir)."""
   import onnxruntime  # pylint: disable=g-import-not-at-top
   from onnxruntime.quantization import quantize_dynamic  # pylint: disable=g-import-not-at-top
-  import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
+  from benchmarks import onnx_peer  # pylint: disable=g-import-not-at-top
   hf_dir = teacher_run + "-hf"
   shutil.rmtree(hf_dir, ignore_errors=True)
   logged_run.run(["export.export_checkpoint", "--format=huggingface",
@@ -292,25 +292,10 @@ def _onnx_teacher(work, teacher_run, vocab):
   tokenizer = transformers.BertTokenizerFast.from_pretrained(hf_dir)
   model = transformers.BertForSequenceClassification.from_pretrained(
       hf_dir).eval()
-  names = ["input_ids", "attention_mask", "token_type_ids"]
-
-  class Positional(torch.nn.Module):  # the model's forward takes keywords
-
-    def __init__(self, bert):
-      super().__init__()
-      self.bert = bert
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-      return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                       token_type_ids=token_type_ids).logits
-
-  example = tokenizer(["hello world"], return_tensors="pt")
   path = os.path.join(work, "teacher.onnx")
-  torch.onnx.export(Positional(model), tuple(example[n] for n in names), path,
-                    input_names=names, output_names=["logits"],
-                    dynamic_axes={n: {0: "batch", 1: "length"}
-                                  for n in names} | {"logits": {0: "batch"}},
-                    dynamo=False, opset_version=17)
+  onnx_peer.export(model, tokenizer(["hello world"], return_tensors="pt"),
+                   path, {"logits": (lambda found: found.logits,
+                                     {0: "batch"})})
   quantize_dynamic(path, path.replace(".onnx", "_int8.onnx"))
   sessions = {kind: onnxruntime.InferenceSession(  # ORT's default threads
       file, providers=["CPUExecutionProvider"]) for kind, file in (
@@ -333,7 +318,8 @@ def _against_onnx_runtime(work, teacher_run, teacher_export, student_export,
       f for f in os.listdir(os.path.join(teacher_export, "assets"))
       if f.endswith(".txt")))
   tokenizer, sessions, _ = _onnx_teacher(work, teacher_run, vocab)
-  names = ["input_ids", "attention_mask", "token_type_ids"]
+  from benchmarks import onnx_peer  # pylint: disable=g-import-not-at-top
+  names = onnx_peer.INPUT_NAMES
   client = client_tokenizer.ClientTokenizer(
       vocab, do_lower_case=True, max_seq_length=FLAGS.max_seq_length)
   peers = {}  # name: (tokenize or None, model)

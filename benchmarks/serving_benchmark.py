@@ -291,36 +291,22 @@ class _Peers:
     return lambda texts: model(**tokenize(texts))
 
   def _onnx_session(self, path):
-    import torch  # pylint: disable=g-import-not-at-top
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    example = self._encode(["hello world"], "pt")
-    axes = {name: {0: "batch", 1: "length"} for name in names}
-    axes.update(last_hidden_state={0: "batch", 1: "length"},
-                pooler_output={0: "batch"})
-
-    class Positional(torch.nn.Module):  # BertModel's forward takes keywords.
-
-      def __init__(self, bert):
-        super().__init__()
-        self.bert = bert
-
-      def forward(self, input_ids, attention_mask, token_type_ids):
-        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                            token_type_ids=token_type_ids)
-        return outputs.last_hidden_state, outputs.pooler_output
-
-    torch.onnx.export(
-        Positional(self.torch_model).eval(),
-        tuple(example[name] for name in names), path,
-        input_names=names, output_names=["last_hidden_state", "pooler_output"],
-        dynamic_axes=axes, dynamo=False, opset_version=17)
+    from benchmarks import onnx_peer  # pylint: disable=g-import-not-at-top
+    onnx_peer.export(self.torch_model, self._encode(["hello world"], "pt"),
+                     path, {"last_hidden_state": (
+                         lambda found: found.last_hidden_state,
+                         {0: "batch", 1: "length"}),
+                            "pooler_output": (
+                                lambda found: found.pooler_output,
+                                {0: "batch"})})
     return self._session(path, "onnx")
 
   def _session(self, path, peer):
     """ONNX Runtime on the ONNX model at `path`, after BertTokenizerFast;
     the session alone is `self.models[peer]` (the breakdown)."""
     import onnxruntime  # pylint: disable=g-import-not-at-top
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    from benchmarks import onnx_peer  # pylint: disable=g-import-not-at-top
+    names = onnx_peer.INPUT_NAMES
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = flags.FLAGS.threads
     session = onnxruntime.InferenceSession(
