@@ -645,7 +645,9 @@ def test_litert_export_is_serving_ids_in_float32(exported, served, tmp_path):
 def test_ner_and_squad_xla_single_text_equal_their_plain_exports():
   # run_ner's and run_squad's --xla_single_text: a request whose one text
   # fits one window runs the model XLA-compiled (serving.OneRowXla), cut to
-  # its tokens and padded to a bucket; the answers equal the plain path's.
+  # its tokens and padded to a bucket; the answers equal the plain path's,
+  # which the same signature takes for several texts (or one text of several
+  # windows): each text alone against its row of a request of two.
   from export import ner_serving  # pylint: disable=g-import-not-at-top
   from export import squad_serving  # pylint: disable=g-import-not-at-top
   from official_bert.modeling import finetuning_models  # pylint: disable=g-import-not-at-top
@@ -657,42 +659,44 @@ def test_ner_and_squad_xla_single_text_equal_their_plain_exports():
   spans = finetuning_models.BertSpanLabeler.from_bert_config(
       testing.tiny_config())
   spans.classifier.kernel.assign(spans.classifier.kernel * 40.0)
-
-  def signatures(xla):
-    ner = ner_serving.NerServingModule(tagger, labels, VOCAB, True,
-                                       SEQ_LENGTH, xla_single_text=xla)
-    squad = squad_serving.SquadServingModule(
-        spans, VOCAB, True, SEQ_LENGTH, doc_stride=4, max_query_length=4,
-        xla_single_text=xla)
-    return (ner.signatures()["serving_default"],
-            squad.signatures()["serving_default"], ner, squad)
-
-  ner_xla, squad_xla, ner_module, squad_module = signatures(True)
-  ner_plain, squad_plain, _, _ = signatures(False)
-  for signature in (ner_xla, squad_xla):
+  ner_module = ner_serving.NerServingModule(tagger, labels, VOCAB, True,
+                                            SEQ_LENGTH, xla_single_text=True)
+  squad_module = squad_serving.SquadServingModule(
+      spans, VOCAB, True, SEQ_LENGTH, doc_stride=4, max_query_length=4,
+      xla_single_text=True)
+  ner = ner_module.signatures()["serving_default"]
+  squad = squad_module.signatures()["serving_default"]
+  for signature in (ner, squad):
     library = signature.graph.as_graph_def().library.function
     assert [f for f in library if f.attr["_XlaMustCompile"].b]  # XLA, really
   assert ner_module.bucket_lengths() == squad_module.bucket_lengths() == [16]
-  ner_cases = (["the quick brown fox"], ["Hello , world !"],
-               ["the quick brown fox", "Hello , world !  the dog sat"],
-               [" ".join(["the cat sat on the mat"] * 4)])  # several windows
-  for texts in ner_cases:
-    got, want = (f(text=tf.constant(texts)) for f in (ner_xla, ner_plain))
-    for name, value in want.items():
-      assert got[name].dtype == value.dtype, name
-      if value.dtype == tf.string:
-        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+  def assert_row_equal(one, two, row):
+    """`one` (a request of one text) equals row `row` of `two` (a request
+    of two: the plain path) over one's width (two pads to its longer)."""
+    for name, value in two.items():
+      got, want = np.asarray(one[name][0]), np.asarray(value[row])
+      assert got.dtype == want.dtype, name
+      if want.ndim:
+        want = want[:got.shape[0]]
+      if want.dtype.kind in "SO":
+        np.testing.assert_array_equal(got, want, err_msg=name)
       else:
-        np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
-  squad_cases = ((["who sat ?"], ["the cat sat ."]),
-                 (["who ?"], ["the cat sat on the mat . " * 3]),
-                 (["who sat ?", "where ?"], ["the cat sat .", "on the mat"]))
-  for question, context in squad_cases:
-    got, want = (f(question=tf.constant(question),
-                   context=tf.constant(context))
-                 for f in (squad_xla, squad_plain))
-    for name, value in want.items():
-      if value.dtype == tf.string:
-        np.testing.assert_array_equal(got[name], value, err_msg=name)
-      else:
-        np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=name)
+
+  # The last text needs several windows at SEQ_LENGTH: the plain path alone.
+  for texts in (["the quick brown fox", "Hello , world !  the dog sat"],
+                ["Hello , world !", " ".join(["the cat sat on the mat"] * 4)]):
+    both = ner(text=tf.constant(texts))
+    for row, text in enumerate(texts):
+      assert_row_equal(ner(text=tf.constant([text])), both, row)
+  for questions, contexts in ((["who sat ?", "where ?"],
+                               ["the cat sat .", "on the mat"]),
+                              (["who ?", "who sat ?"],
+                               ["the cat sat on the mat . " * 3,
+                                "the cat sat ."])):
+    both = squad(question=tf.constant(questions),
+                 context=tf.constant(contexts))
+    for row, (question, context) in enumerate(zip(questions, contexts)):
+      assert_row_equal(squad(question=tf.constant([question]),
+                             context=tf.constant([context])), both, row)
