@@ -18,7 +18,15 @@ rate, warmup, decay and length, in turns, for every seed:
   hf_student      transformers' `Trainer` on `BertForSequenceClassification`
                   from --hf_model with the same layers kept, labels only
 
-It prints each row's dev accuracy (mean of the seeds and the spread), its
+A multi-label task (--task=topics, or --task_type=multi_label with
+--task_data_dir: `a|b` labels) trains every row as run_classifier
+--task_type=multi_label does (one sigmoid per label, binary cross-entropy;
+a distilled student fits the teacher's per-label probabilities), Hugging
+Face's with problem_type="multi_label_classification"; the metric is then
+dev micro-F1 at each side's default threshold 0.5 (ours untuned), not
+accuracy, and --ort (single-label) is skipped.
+
+It prints each row's dev metric (mean of the seeds and the spread), its
 training time (the "Trained steps" line's seconds; Trainer's train_runtime),
 and, for our rows, the export's one text p50 (ms) and batch 32 texts/s as
 served (`serving_default`, raw text in, loaded in this process, library
@@ -79,8 +87,12 @@ def define_flags():
   flags.DEFINE_integer("train_examples", 4000, "Default task: training "
                        "sentences.")
   flags.DEFINE_integer("dev_examples", 1000, "Default task: dev sentences.")
-  flags.DEFINE_enum("task", "short", ["short", "hidden_topic"], "Without "
-                    "--task_data_dir: tools/short_task.py's task to write.")
+  flags.DEFINE_enum("task", "short", ["short", "hidden_topic", "topics"],
+                    "Without --task_data_dir: tools/short_task.py's task to "
+                    "write (topics: multi-label).")
+  flags.DEFINE_enum("task_type", None, ["classification", "multi_label"],
+                    "run_classifier's --task_type for every row; default: "
+                    "multi_label for --task=topics, else classification.")
   flags.DEFINE_integer("distill_examples", 0, "Without --task_data_dir: this "
                        "many more texts of the task, unlabelled, for a "
                        "`distilled+data` row (the distilled student with "
@@ -103,6 +115,16 @@ def define_flags():
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab.txt")
+
+
+def _multi_label():
+  if FLAGS.task_type:
+    return FLAGS.task_type == "multi_label"
+  return FLAGS.task == "topics" and not FLAGS.task_data_dir
+
+
+def _metric_name():
+  return "micro_f1" if _multi_label() else "accuracy"
 
 
 def _write_task(work, vocab):
@@ -173,16 +195,18 @@ def _ours(work, name, seed, task, model, extra, export_suffix=None):
        f"--learning_rate={FLAGS.learning_rate}",
        f"--num_train_epochs={FLAGS.num_train_epochs}",
        f"--seed={seed}", f"--output_dir={out}",
-       f"--export_dir={export}"] + extra,
+       f"--export_dir={export}"]
+      + (["--task_type=multi_label"] if _multi_label() else []) + extra,
       out + (f"-{export_suffix}" if export_suffix else "") + ".log", cwd=ROOT)
   with open(os.path.join(out, "eval_results.txt")) as f:
     results = dict(line.strip().split(" = ") for line in f)
   seconds = re.search(r"^Trained steps .* in ([\d.]+) s", log, re.M)
-  return {"accuracy": float(results["eval_accuracy"]),
+  metric = _metric_name()
+  return {"metric": float(results[f"eval_{metric}"]),
           "train_s": float(seconds.group(1)) if seconds else float("nan"),
           "export": os.path.join(export, "1"), "output_dir": out,
-          "teacher_accuracy": float(results.get("teacher_eval_accuracy",
-                                                "nan"))}
+          "teacher_metric": float(results.get(f"teacher_eval_{metric}",
+                                              "nan"))}
 
 
 def _hf_student(work, seed, task, hf_model, layers):
@@ -197,9 +221,21 @@ def _hf_student(work, seed, task, hf_model, layers):
     return rows
 
   train, dev = split("train"), split("dev")
-  labels = sorted({label for _, label in train})
+  multi = _multi_label()
+  if multi:  # `a|b`, an empty cell none: as run_classifier reads them
+    labels = sorted({name for _, label in train for name in label.split("|")
+                     if name})
+
+    def target(label):
+      names = set(label.split("|"))
+      return [float(name in names) for name in labels]
+  else:
+    labels = sorted({label for _, label in train})
+    target = labels.index
   model = transformers.BertForSequenceClassification.from_pretrained(
-      hf_model, num_labels=len(labels))
+      hf_model, num_labels=len(labels),
+      problem_type=("multi_label_classification" if multi
+                    else "single_label_classification"))
   keep = [int(i) for i in layers.split(",")]
   model.bert.encoder.layer = torch.nn.ModuleList(
       [model.bert.encoder.layer[i] for i in keep])
@@ -209,7 +245,7 @@ def _hf_student(work, seed, task, hf_model, layers):
     encoded = tokenizer([text for text, _ in rows], truncation=True,
                         max_length=FLAGS.max_seq_length)
     return [dict({k: v[i] for k, v in encoded.items()},
-                 labels=labels.index(label))
+                 labels=target(label))
             for i, (_, label) in enumerate(rows)]
 
   train_set = dataset(train)
@@ -226,8 +262,15 @@ def _hf_student(work, seed, task, hf_model, layers):
       model=model, args=args, train_dataset=train_set,
       data_collator=transformers.DataCollatorWithPadding(tokenizer))
   result = trainer.train()
-  predictions = trainer.predict(dataset(dev)).predictions.argmax(-1)
-  gold = np.array([labels.index(label) for _, label in dev])
+  logits = trainer.predict(dataset(dev)).predictions
+  if multi:  # sigmoid > 0.5, micro-F1 as run_classifier reports it
+    from official_bert.training import classifier_metrics  # pylint: disable=g-import-not-at-top
+    metric = classifier_metrics.multi_label_metrics(
+        labels=[target(label) for _, label in dev],
+        predicted=logits > 0, label_names=labels)["micro_f1"]
+  else:
+    gold = np.array([labels.index(label) for _, label in dev])
+    metric = float((logits.argmax(-1) == gold).mean())
   model.eval()
   texts = [text for text, _ in dev]
 
@@ -238,7 +281,7 @@ def _hf_student(work, seed, task, hf_model, layers):
                                max_length=FLAGS.max_seq_length)).logits
 
   p50, rate = _latency(serve, texts)
-  return {"accuracy": float((predictions == gold).mean()),
+  return {"metric": float(metric),
           "train_s": float(result.metrics["train_runtime"]), "p50_ms": p50,
           "batch32_texts_per_s": rate}
 
@@ -419,7 +462,11 @@ def main(argv):
                           _version(first % "distilled" + "-litert"), dev)
     return
   # The served exports: one text XLA-compiled, and the int8 model.
-  serve = ["--xla_single_text", "--quantize=int8"] if FLAGS.ort else []
+  ort = FLAGS.ort and not _multi_label()
+  if FLAGS.ort and not ort:
+    print("--ort: skipped (ONNX Runtime's teacher is a single-label "
+          "classifier here)", flush=True)
+  serve = ["--xla_single_text", "--quantize=int8"] if ort else []
   rows = {name: [] for name in ("teacher", "distilled", "distilled+data",
                                 "student", "hf_student")}
   teacher_dir = None
@@ -433,7 +480,7 @@ def main(argv):
                          f"--distill_temperature={FLAGS.distill_temperature}"]
     rows["distilled"].append(_ours(work, "distilled", seed, task, model,
                                    distill + serve))
-    if FLAGS.ort and seed == FLAGS.seeds[0]:  # its float32 LiteRT model
+    if ort and seed == FLAGS.seeds[0]:  # its float32 LiteRT model
       _ours(work, "distilled", seed, task, model, distill + ["--litert"],
             export_suffix="litert")
     if FLAGS.distill_examples and not FLAGS.task_data_dir:
@@ -448,22 +495,22 @@ def main(argv):
       rows["hf_student"].append(_hf_student(work, seed, task, hf_model,
                                             FLAGS.student_layers))
     print(f"seed {seed}: " + ", ".join(
-        f"{name} {runs[-1]['accuracy']:.4f}" for name, runs in rows.items()
+        f"{name} {runs[-1]['metric']:.4f}" for name, runs in rows.items()
         if runs), flush=True)
-  print(f"{'row':<14} {'dev accuracy':>22} {'train s':>9} {'p50 ms':>8} "
+  print(f"{'row':<14} {'dev ' + _metric_name():>22} {'train s':>9} {'p50 ms':>8} "
         f"{'b32 texts/s':>12}")
   for name, runs in rows.items():
     if not runs:
       continue
-    accuracy = [r["accuracy"] for r in runs]
+    metric = [r["metric"] for r in runs]
     if "export" in runs[0]:
       p50, rate = _served(runs[0]["export"], dev)
     else:
       p50, rate = runs[0]["p50_ms"], runs[0]["batch32_texts_per_s"]
-    print(f"{name:<14} {np.mean(accuracy):>9.4f} (spread {np.ptp(accuracy):.4f})"
+    print(f"{name:<14} {np.mean(metric):>9.4f} (spread {np.ptp(metric):.4f})"
           f" {np.mean([r['train_s'] for r in runs]):>9.1f} {p50:>8.2f} "
           f"{rate:>12.1f}", flush=True)
-  if FLAGS.ort:
+  if ort:
     _against_onnx_runtime(work, first % "teacher", rows["teacher"][0]["export"],
                           rows["distilled"][0]["export"],
                           _version(first % "distilled" + "-litert"), dev)
