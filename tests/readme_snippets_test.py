@@ -148,6 +148,8 @@ BLOCKS = {
         "import numpy as np": "retrieve then rerank (run by reranker_test)",
         "python -m benchmarks.reranker_benchmark "
         "--work_dir=/tmp/reranker_benchmark \\": "reranker benchmark",
+        "python -m benchmarks.embedding_benchmark --work_dir=/tmp/mining_gain "
+        "--hf_model=DIR \\": "mining gain benchmark",
     },
     "docs/ner.md": {
         "python -m official_bert.run_ner --task_data_dir=conll2003 \\": "ner",
@@ -217,6 +219,9 @@ BLOCKS = {
         "python -m benchmarks.distillation_benchmark "
         "--work_dir=/tmp/hard_distill --init_checkpoint=minilm \\":
             "distillation benchmark",
+        "python -m benchmarks.embedding_benchmark "
+        "--work_dir=/tmp/embedding_distill --hf_model=DIR \\":
+            "embedding distillation benchmark",
     },
 }
 
@@ -484,6 +489,18 @@ FLAGS_CHECKED_BLOCKS = {
         "test_classifier_student_fits_the_cached_teacher_and_resumes: "
         "run_classifier --teacher, which the benchmark runs (its --smoke: "
         "run by hand, minutes; the real one trains 5 rows a seed)"),
+    "mining gain benchmark": (
+        "tests/hard_negatives_test.py::"
+        "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
+        "run_embedding --mine_hard_negatives, which the benchmark runs "
+        "beside sentence-transformers' trainer (all-MiniLM-L6-v2 four "
+        "times: minutes)"),
+    "embedding distillation benchmark": (
+        "tests/distillation_test.py::"
+        "test_embedding_student_fits_a_folders_embeddings_and_counts_texts: "
+        "run_embedding --teacher --distill_alpha=1, which the benchmark runs "
+        "with --student_layers (tests/student_layers_test.py); it trains "
+        "all-MiniLM-L6-v2 twice and sentence-transformers once: minutes)"),
     "distilled embedding student": (
         "tests/distillation_test.py::"
         "test_embedding_student_fits_a_folders_embeddings_and_counts_texts: "
@@ -1889,6 +1906,16 @@ def test_distilled_student_block_flags(world):
 def test_distillation_benchmark_block_flags(world):
   (command,) = _check_flags("distillation benchmark", world)
   assert "--task=hidden_topic" in command and "--distill_examples=" in command
+
+
+def test_mining_gain_benchmark_block_flags(world):
+  (command,) = _check_flags("mining gain benchmark", world)
+  assert "--mine_hard_negatives=3" in command and "--next_sentence" in command
+
+
+def test_embedding_distillation_benchmark_block_flags(world):
+  (command,) = _check_flags("embedding distillation benchmark", world)
+  assert "--student_layers=0,2,4" in command and "--next_sentence" in command
 
 
 def test_distilled_embedding_student_block_flags(world):
