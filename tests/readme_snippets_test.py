@@ -222,6 +222,9 @@ BLOCKS = {
         "python -m benchmarks.embedding_benchmark "
         "--work_dir=/tmp/embedding_distill --hf_model=DIR \\":
             "embedding distillation benchmark",
+        "python -m benchmarks.distillation_benchmark "
+        "--work_dir=/tmp/ml_distill --init_checkpoint=minilm \\":
+            "multi-label distillation benchmark",
     },
 }
 
@@ -489,6 +492,12 @@ FLAGS_CHECKED_BLOCKS = {
         "test_classifier_student_fits_the_cached_teacher_and_resumes: "
         "run_classifier --teacher, which the benchmark runs (its --smoke: "
         "run by hand, minutes; the real one trains 5 rows a seed)"),
+    "multi-label distillation benchmark": (
+        "tests/distillation_test.py::"
+        "test_multi_label_student_fits_per_label_probabilities: "
+        "run_classifier --task_type=multi_label --teacher, which the "
+        "benchmark runs (its --smoke --task=topics: run by hand, ~2 "
+        "minutes; the real one trains 5 rows a seed)"),
     "mining gain benchmark": (
         "tests/hard_negatives_test.py::"
         "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
@@ -1906,6 +1915,11 @@ def test_distilled_student_block_flags(world):
 def test_distillation_benchmark_block_flags(world):
   (command,) = _check_flags("distillation benchmark", world)
   assert "--task=hidden_topic" in command and "--distill_examples=" in command
+
+
+def test_multi_label_distillation_benchmark_block_flags(world):
+  (command,) = _check_flags("multi-label distillation benchmark", world)
+  assert "--task=topics" in command and "--distill_examples=" in command
 
 
 def test_mining_gain_benchmark_block_flags(world):
