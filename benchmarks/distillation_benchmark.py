@@ -223,11 +223,16 @@ def _hf_student(work, seed, task, hf_model, layers):
   train, dev = split("train"), split("dev")
   multi = _multi_label()
   if multi:  # `a|b`, an empty cell none: as run_classifier reads them
-    labels = sorted({name for _, label in train for name in label.split("|")
-                     if name})
+    import types  # pylint: disable=g-import-not-at-top
+    from official_bert.tasks.classification import multi_label_task  # pylint: disable=g-import-not-at-top
+
+    def names_of(cell):
+      return multi_label_task.split_labels(types.SimpleNamespace(label=cell),
+                                           "|")
+    labels = sorted({name for _, cell in train for name in names_of(cell)})
 
     def target(label):
-      names = set(label.split("|"))
+      names = set(names_of(label))
       return [float(name in names) for name in labels]
   else:
     labels = sorted({label for _, label in train})

@@ -43,7 +43,8 @@ side as above and each side again on K negatives its start mined: ours
 anchor-positive pairs through `util.mine_hard_negatives(...,
 num_negatives=K, output_format="n-tuple")`, its defaults otherwise (the
 start's model, the positives as the corpus, no margin), before its trainer.
-It prints each side's gain in dev MRR@10 over its own plain run.
+It prints each side's gain in dev MRR@10 over its own plain run. It and
+--student_layers measure different things: the benchmark takes one of them.
 
 Both are scored by the same function (embedding_task.retrieval_metrics):
 each dev anchor against every dev positive by cosine, MRR@10 and
@@ -197,10 +198,10 @@ def _run_embedding(work, out, extra, epochs=None):
   return log, seconds, results
 
 
-def teacher(work, source):
+def teacher(work, source, dev):
   """With --student_layers: (our teacher's folder, its sentence-transformers
-  copy, its dev MRR@10), made again when the start or --teacher_epochs
-  changed."""
+  copy, its MRR@10 on the `dev` pairs), made again when the start or
+  --teacher_epochs changed."""
   made = f"{source}; {FLAGS.teacher_epochs} epochs, seed {FLAGS.seed}"
   marker = os.path.join(work, "teacher_st", "made_from.txt")
   if os.path.exists(marker):
@@ -225,7 +226,7 @@ def teacher(work, source):
     folder = os.path.join(work, "start")
     shutil.copytree(os.path.join(work, "start_st"),
                     os.path.join(work, "teacher_st"))
-    mrr = _st_mrr(_st_model(os.path.join(work, "teacher_st")), None)
+    mrr, _ = _st_mrr(_st_model(os.path.join(work, "teacher_st")), dev)
   with open(os.path.join(work, "teacher_st", "mrr.txt"), "w",
             encoding="utf-8") as f:
     f.write(str(mrr))
@@ -238,7 +239,7 @@ def _student_layers():
   return [int(i) for i in FLAGS.student_layers.split(",")]
 
 
-def ours(work, turn, teacher_dir=None, mine=0):
+def ours(work, turn, rows, teacher_dir=None, mine=0):
   load = os.getloadavg()[0]
   extra = [] if teacher_dir is None else [
       f"--teacher={teacher_dir}", f"--student_layers={FLAGS.student_layers}",
@@ -247,7 +248,10 @@ def ours(work, turn, teacher_dir=None, mine=0):
     extra.append(f"--mine_hard_negatives={mine}")
   _, seconds, results = _run_embedding(
       work, os.path.join(work, f"ours_{'mined_' * bool(mine)}{turn}"), extra)
-  return {"train_s": seconds, "load": load,
+  # Distilling, every text of a row is an example (the rows' texts/s).
+  examples = len(rows["train"]) * (len(rows["train"][0]) if teacher_dir
+                                   else 1)
+  return {"train_s": seconds, "load": load, "examples": examples,
           "mrr_at_10": float(results["eval_mrr_at_10"]),
           "recall_at_1": float(results["eval_recall_at_1"])}
 
@@ -257,21 +261,12 @@ def _st_model(path):
   return st.SentenceTransformer(path, device="cpu")
 
 
-def _st_mrr(model, rows):
-  """(MRR@10, recall@1) of a SentenceTransformer on the dev pairs; rows
-  None: MRR@10 alone, the task read again."""
+def _st_mrr(model, dev):
+  """(MRR@10, recall@1) of a SentenceTransformer on the `dev` pairs."""
   from official_bert.tasks.embedding import embedding_task  # pylint: disable=g-import-not-at-top
-  if rows is None:
-    with open(os.path.join(FLAGS.work_dir, "task", "dev.tsv"),
-              encoding="utf-8") as f:
-      dev = [line.rstrip("\n").split("\t") for line in f][1:]
-  else:
-    dev = rows["dev"]
   metrics = embedding_task.retrieval_metrics(
       model.encode([a for a, _ in dev], batch_size=FLAGS.batch_size),
       model.encode([p for _, p in dev], batch_size=FLAGS.batch_size))
-  if rows is None:
-    return metrics["mrr_at_10"]
   return metrics["mrr_at_10"], metrics["recall_at_1"]
 
 
@@ -323,7 +318,7 @@ def theirs(work, turn, rows, teacher_st=None, mine=0):
       model=model, args=args, train_dataset=train, loss=loss)
   load = os.getloadavg()[0]
   seconds = trainer.train().metrics["train_runtime"]
-  mrr, recall = _st_mrr(model, rows)
+  mrr, recall = _st_mrr(model, rows["dev"])
   return {"train_s": seconds, "load": load, "examples": examples,
           "mrr_at_10": mrr, "recall_at_1": recall}
 
@@ -333,6 +328,10 @@ def main(argv):
   if importlib.util.find_spec("datasets") is None:
     raise cli.Error("sentence-transformers' trainer needs the datasets "
                     "package, which is not installed: pip install datasets")
+  if FLAGS.student_layers and FLAGS.mine_hard_negatives:
+    raise cli.Error("--student_layers and --mine_hard_negatives compare "
+                    "different things (distillation, mining's gain): pass "
+                    "one of them.")
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   work = FLAGS.work_dir
@@ -348,21 +347,18 @@ def main(argv):
   teacher_dir = teacher_st = None
   unit = "pairs"
   if FLAGS.student_layers:
-    teacher_dir, teacher_st, teacher_mrr = teacher(work, source)
+    teacher_dir, teacher_st, teacher_mrr = teacher(work, source, rows["dev"])
     unit = "texts"
     print(f"distilling: teacher {teacher_dir} (dev MRR@10 "
           f"{teacher_mrr:.4f}), students keep layers {FLAGS.student_layers} "
           "and fit its embeddings of every training text by MSE", flush=True)
   rounds = []
   for turn in range(FLAGS.rounds):
-    sides = {"ours": ours(work, turn, teacher_dir),
+    sides = {"ours": ours(work, turn, rows, teacher_dir),
              "theirs": theirs(work, turn, rows, teacher_st)}
-    sides["ours"]["examples"] = FLAGS.train_pairs * (
-        len(rows["train"][0]) if FLAGS.student_layers else 1)
     if FLAGS.mine_hard_negatives:
       k = FLAGS.mine_hard_negatives
-      sides["ours_mined"] = ours(work, turn, teacher_dir, k)
-      sides["ours_mined"]["examples"] = FLAGS.train_pairs
+      sides["ours_mined"] = ours(work, turn, rows, teacher_dir, k)
       sides["theirs_mined"] = theirs(work, turn, rows, teacher_st, k)
     for name, side in sides.items():
       side["rate"] = side["examples"] * FLAGS.epochs / side["train_s"]

@@ -642,7 +642,7 @@ def test_litert_export_is_serving_ids_in_float32(exported, served, tmp_path):
           for log in logs} == {"serving_ids"}
 
 
-def test_ner_and_squad_xla_single_text_equal_their_plain_exports():
+def test_ner_and_squad_xla_single_text_equal_their_plain_path():
   # run_ner's and run_squad's --xla_single_text: a request whose one text
   # fits one window runs the model XLA-compiled (serving.OneRowXla), cut to
   # its tokens and padded to a bucket; the answers equal the plain path's,
