@@ -16,7 +16,8 @@ negative) of its batch, cosine x 20, cross-entropy
 (tasks/embedding/embedding_task.py), in batches that repeat no text.
 --mine_hard_negatives=K mines K hard negatives per anchor with the weights
 training starts from (tasks/embedding/hard_negatives.py) into
-output_dir/hard_negatives.tsv, which training then reads. --pooling: mean
+output_dir/hard_negatives.tsv, which training then reads; with
+--remine_every_epoch, again at each later epoch's start. --pooling: mean
 (over the tokens) or cls; unset, the run's own, the --init_checkpoint's
 pooling.json (convert_checkpoint writes one for a sentence-transformers
 model) or mean.
@@ -26,7 +27,8 @@ bert_config.json, pooling.json, eval_results.txt (eval_mrr_at_10,
 eval_recall_at_1, eval_recall_at_10 of each dev anchor searching every dev
 positive by cosine), test_embeddings.tsv with --do_predict (one line per
 test anchor), hard_negatives.tsv and hard_negatives.json (what it was mined
-from) with --mine_hard_negatives. With --export_dir, a TF Serving SavedModel: raw text in,
+from) with --mine_hard_negatives (and hard_negatives_epoch_E.tsv and .json
+for each later epoch E with --remine_every_epoch). With --export_dir, a TF Serving SavedModel: raw text in,
 `sentence_embedding` out; --quantize=int8 adds model.tflite (ids in,
 `sentence_embedding` out, int8 weights) when its dev eval_mrr_at_10 (or
 --best_metric) drops by at most --max_quantization_drop, and the int8_*
@@ -79,6 +81,11 @@ def define_flags():
                        "row with its K best that are not its answer "
                        "(output_dir/hard_negatives.tsv, reused by a rerun "
                        "when made from the same inputs).")
+  flags.DEFINE_bool("remine_every_epoch", False, "With "
+                    "--mine_hard_negatives: mine them again at the start of "
+                    "every later epoch E, with the weights trained so far "
+                    "(output_dir/hard_negatives_epoch_E.tsv); the learning "
+                    "rate's schedule stays the whole run's.")
   flags.DEFINE_float("hard_negative_margin", hard_negatives.RELATIVE_MARGIN,
                      "With --mine_hard_negatives: a candidate scoring above "
                      "p - |p| x this (p: the positive's cosine) is a "
@@ -127,6 +134,13 @@ def main(argv):
         f"--mini_batch_size={FLAGS.mini_batch_size} does not divide "
         f"--train_batch_size={FLAGS.train_batch_size}; pass a divisor of the "
         "batch (or 0 for none).")
+  if FLAGS.remine_every_epoch and not FLAGS.mine_hard_negatives:
+    raise app.UsageError("--remine_every_epoch mines the negatives again "
+                         "every epoch: pass --mine_hard_negatives=K too.")
+  if FLAGS.remine_every_epoch and FLAGS.teacher:
+    raise app.UsageError("--teacher's outputs are computed once for the "
+                         "training rows, which --remine_every_epoch mines "
+                         "anew every epoch; drop one of them.")
   if FLAGS.mine_hard_negatives and not FLAGS.do_train:
     raise app.UsageError("--mine_hard_negatives mines the training file's "
                          "negatives: pass --do_train.")

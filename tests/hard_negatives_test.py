@@ -8,7 +8,10 @@ training file, starting weights or mined file redo it and the log says
 why, a resumed run keeps it whatever its weights; and run_embedding's
 flags: mined, trained on, reused by the rerun."""
 
+import glob
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -64,7 +67,7 @@ def _prepare(task, model, resumed=False):
   its files written to output_dir."""
   from official_bert.training import finetuner  # pylint: disable=g-import-not-at-top
   files = task.prepare_training(
-      lambda inputs: finetuner.predict(model, inputs, 16), model, resumed)
+      lambda inputs: finetuner.predict(model, inputs, 16), model, resumed, 0)
   for name, text in files.items():
     with open(f"{task.config.output_dir}/{name}", "w", encoding="utf-8") as f:
       f.write(text)
@@ -199,23 +202,99 @@ def test_a_rerun_reuses_the_file_and_a_changed_input_redoes_it(
       capsys.readouterr().out)
 
 
-def test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them(
+def test_only_remine_every_epoch_prepares_every_epoch_and_its_parts(mined):
+  from official_bert.training import finetuner  # pylint: disable=g-import-not-at-top
+  assert not mined["task"].prepares_every_epoch
+  assert _task(mined["data"], mined["out"],
+               remine_every_epoch=True).prepares_every_epoch
+  # The run's steps cut where each epoch ends; a last fraction of one too.
+  assert finetuner.epoch_parts(8, 2.0) == [(0, 0, 4), (1, 4, 8)]
+  assert finetuner.epoch_parts(25, 2.5) == [(0, 0, 10), (1, 10, 20),
+                                            (2, 20, 25)]
+  assert finetuner.epoch_parts(1, 3.0) == [(0, 0, 1)]
+  assert finetuner.epoch_parts(7, 1.0) == [(0, 0, 7)]
+
+
+def _same_checkpoints(ours, reference):
+  """Whether two checkpoints hold the same variables, bit for bit (the
+  optimizer's moments too)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  ours, reference = (tf.train.load_checkpoint(str(p))
+                     for p in (ours, reference))
+  names = reference.get_variable_to_shape_map()
+  assert any("optimizer" in name for name in names)
+  return ours.get_variable_to_shape_map() == names and all(
+      np.array_equal(ours.get_tensor(n), reference.get_tensor(n))
+      for n in names)
+
+
+def test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly(
     tmp_path):
+  """--mine_hard_negatives with --remine_every_epoch: mined by the starting
+  weights, then again by epoch 1's last weights for epoch 2, the run cut at
+  the epoch but not its learning-rate schedule; a run killed in epoch 2
+  reuses that epoch's file (as any rerun reuses what it mined) and ends
+  where the uninterrupted run did, bit for bit, so epoch 2 trained on its
+  own file's rows, from the right batch."""
   testing.require_shared_data()
   task, out = tmp_path / "task", tmp_path / "out"
-  _write_pairs(task, 32, 8)
-  argv = _flags(task, out, _config(tmp_path), "--do_train", "--do_eval",
-                "--mine_hard_negatives=2", "--hard_negative_margin=0.01",
-                "--num_train_epochs=1", "--pooling=mean")
-  first = testing.run_program("official_bert.run_embedding", argv)
-  assert re.search(r"hard negatives: mined \d+ rows, 2 negatives each, from "
-                   r"32 anchors .* within the margin \(0.01\)", first.stdout)
+  _write_pairs(task, 18, 8)
+
+  # 2 epochs: 9 steps (18 pairs x 2 / 4) cut at step 4 (of 4.5), epoch 2's
+  # order two permutations of 4 batches (its rows' 2 left over); a
+  # checkpoint every 2 steps.
+  def argv(output_dir, *extra):
+    return _flags(task, output_dir, _config(tmp_path), "--do_train",
+                  "--do_eval", "--mine_hard_negatives=2",
+                  "--hard_negative_margin=0.01", "--num_train_epochs=2",
+                  "--pooling=mean", "--train_batch_size=4",
+                  "--save_checkpoints_steps=2", "--steps_per_loop=2",
+                  "--keep_checkpoint_max=4", *extra)
+  first = testing.run_program("official_bert.run_embedding",
+                              argv(out, "--remine_every_epoch"))
+  epoch_2 = out / "hard_negatives_epoch_2.tsv"
+  assert re.search(r"hard negatives: mined 18 rows, 2 negatives each, from "
+                   r"18 anchors .* within the margin \(0.01\).* \(the weights "
+                   rf"training starts from\), written to {out / hard_negatives.FILE}\n",
+                   first.stdout)
+  assert re.search(r"hard negatives: mined .* \(the weights epoch 1 ended "
+                   rf"with\), written to {epoch_2}\n", first.stdout)
   header = (out / hard_negatives.FILE).read_text().splitlines()[0]
   assert header == "anchor\tpositive\tnegative_1\tnegative_2"
+  assert epoch_2.read_text().splitlines()[0] == header
+  assert epoch_2.read_text() != (out / hard_negatives.FILE).read_text()
   assert "Trained steps 0..4 " in first.stdout
-  again = testing.run_program("official_bert.run_embedding", argv)
-  assert f"hard negatives: reused {out / hard_negatives.FILE}" in again.stdout
-  last = testing.refused_input("official_bert.run_embedding", [
-      a for a in argv if a != "--do_train"])
-  assert last.endswith("--mine_hard_negatives mines the training file's "
-                       "negatives: pass --do_train."), last
+  assert "Trained steps 4..9 " in first.stdout
+  # 1e-3 decayed linearly to 0 over the run's 9 steps (no warmup step).
+  assert re.search(r"step 4/9 .* learning_rate 0.0005556 ", first.stdout)
+
+  # Killed after ckpt-6 (in epoch 2): the output_dir holds what the run had
+  # written by then; the rerun skips to epoch 2's third batch.
+  killed = tmp_path / "killed"
+  killed.mkdir()
+  for name in ["flags.json", "bert_config.json", "pooling.json",
+               hard_negatives.FILE, hard_negatives.RECORD, epoch_2.name,
+               "hard_negatives_epoch_2.json"] + [
+                   os.path.basename(p) for p in glob.glob(str(out / "ckpt-6.*"))]:
+    shutil.copy(out / name, killed)
+  (killed / "checkpoint").write_text('model_checkpoint_path: "ckpt-6"\n'
+                                     'all_model_checkpoint_paths: "ckpt-6"\n')
+  resumed = testing.run_program("official_bert.run_embedding",
+                                argv(killed, "--remine_every_epoch"))
+  assert (f"hard negatives: reused {killed / epoch_2.name} (made from the "
+          "same training file and settings, and this run resumes from "
+          "checkpoints trained on it)") in resumed.stdout
+  assert "hard negatives: mined" not in resumed.stdout
+  assert "Trained steps 6..9 " in resumed.stdout
+  assert _same_checkpoints(killed / "ckpt-9", out / "ckpt-9")
+
+  for flags_, said in [
+      ([a for a in argv(out) if a != "--do_train"],
+       "--mine_hard_negatives mines the training file's negatives: pass "
+       "--do_train."),
+      ([a for a in argv(out, "--remine_every_epoch")
+        if not a.startswith("--mine_hard")],
+       "--remine_every_epoch mines the negatives again every epoch: pass "
+       "--mine_hard_negatives=K too.")]:
+    last = testing.refused_input("official_bert.run_embedding", flags_)
+    assert last.endswith(said), last

@@ -140,7 +140,7 @@ def test_no_global_batch_of_a_run_repeats_a_text_after_mining(
       task, configs.BertConfig.from_json_file(_config(tmp_path)).replace(
           num_hidden_layers=1))
   task.prepare_training(lambda inputs, fill=0.0: run.predict(inputs, 8, fill),
-                        run.model, False)
+                        run.model, False, 0)
   assert task.roles == ("anchor", "positive", "negative_1", "negative_2")
   texts = lambda inputs: [tuple(int(i) for i in row if i)  # no padding
                           for role in task.roles for row in np.asarray(

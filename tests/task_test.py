@@ -33,8 +33,8 @@ from tests import testing
 TASK = {"build_model", "losses", "metric_counts", "run_files", "log_start"}
 FINETUNING = TASK | {"read", "encode", "num_train_examples", "example_name",
                      "best_metric", "metric_range", "train_data",
-                     "prepare_training", "train_order", "in_batch_loss",
-                     "evaluate",
+                     "prepare_training", "prepares_every_epoch",
+                     "train_order", "in_batch_loss", "evaluate",
                      "tune", "eval_summary", "predict", "example_inputs",
                      "init_head", "export_spec", "num_distill_texts",
                      "teacher_outputs", "distill_losses"}

@@ -257,20 +257,24 @@ class Driver:
           "optimizer", flush=True)
 
   # ------------------------------------------------------------ training ----
-  def train_steps(self, dataset_fn, after_loop=None, details=None):
-    """Trains from `start` to num_train_steps on `dataset_fn` (the trainer's,
-    batches of the global train_batch_size) and prints "Trained steps
+  def train_steps(self, dataset_fn, after_loop=None, details=None,
+                  first_step=0, stop_at=None):
+    """Trains from the current step to num_train_steps (or `stop_at`, a
+    part of the run whose data, `dataset_fn`, starts at `first_step`: the
+    trainer's `train`) on `dataset_fn` (the trainer's, batches of the
+    global train_batch_size) and prints "Trained steps
     START..STEP{details(result)}: " and the training metrics.
     `after_loop`: the trainer's (training/trainer.py). Returns the trainer's
     result, or None when SIGTERM stopped it (the checkpoint is saved: the
     program returns, a rerun resumes)."""
+    begin = self.step
     result = self.trainer.train_or_exit(
         dataset_fn, global_batch_size=self.config.train_batch_size,
-        after_loop=after_loop)
+        after_loop=after_loop, first_step=first_step, stop_at=stop_at)
     self.step = result.step
     if result.preempted:
       return None
-    print(f"Trained steps {self.start}..{self.step}"
+    print(f"Trained steps {begin}..{self.step}"
           f"{details(result) if details else ''}: "
           + " ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()),
           flush=True)

@@ -25,6 +25,7 @@ best_metric is kept in output_dir/best (training/best_checkpoint.py) and
 used for evaluation, prediction and export once training ends.
 """
 
+import math
 import os
 import time
 
@@ -82,6 +83,8 @@ class Finetuner(driver.Driver):
         config.best_metric or task.best_metric, self.is_chief,
         None if self.is_chief else self.strategy.cluster_resolver.task_id)
     self._predict_steps = {}
+    self._after_loop = None  # `train`'s evaluations, the run's best
+    self.early_stopped = False
 
   def write_run_files(self, bert_config, extra_flags=None, files=None):
     """flags.json (with the step counts), bert_config.json, `files`."""
@@ -135,30 +138,33 @@ class Finetuner(driver.Driver):
             f"{state['step']}, {state['metric']} {state['value']:.4g}",
             flush=True)
 
-  def train(self, inputs, labels, evaluate=None):
-    """Trains on numpy `inputs` (dict) and `labels` to num_train_steps.
+  def train(self, inputs, labels, evaluate=None, part=None):
+    """Trains on numpy `inputs` (dict) and `labels` to num_train_steps, or,
+    with `part` = (index, first step, end step) (`epoch_parts`), that part
+    of the run: its rows read from `first step` on, in an order seeded by
+    seed + index, to `end step` (with a checkpoint).
 
     `evaluate(step)` -> the dev set's eval_results (a dict) is called every
     eval_every_steps and at the end; the best by best_metric is kept in
-    output_dir/best and loaded into the model when training ends. Returns
-    False when SIGTERM stopped it (the checkpoint is saved and the program
-    should return), True when done.
+    output_dir/best and loaded into the model when training ends (or stops
+    early: `early_stopped`). Returns False when SIGTERM stopped it (the
+    checkpoint is saved and the program should return), True when done.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from official_bert.training import padding  # pylint: disable=g-import-not-at-top
     config = self.config
-    batch_size, seed = config.train_batch_size, config.seed
+    index, first, end = part or (0, 0, config.num_train_steps)
+    batch_size, seed = config.train_batch_size, config.seed + index
     num = len(next(iter(inputs.values())))
     multiple = self.pad_multiple
     try:  # the task's (embedding: no text twice in a batch), or None
-      order = self.train_order(batch_size, seed,
-                               config.num_train_steps * batch_size)
+      order = self.train_order(batch_size, seed, (end - first) * batch_size)
     except ValueError as e:
       raise cli.Error(str(e)) from None
     if order is None and config.group_by_length:
       order = padding.length_grouped_order(
           inputs["input_mask"].reshape(num, -1).sum(1), batch_size, seed,
-          config.num_train_steps * batch_size)
+          (end - first) * batch_size)
 
     def dataset_fn(input_context):
       batch = input_context.get_per_replica_batch_size(batch_size)
@@ -182,11 +188,11 @@ class Finetuner(driver.Driver):
         data = data.map(lambda x, y: padding.cut_batch(x, y, multiple))
       return without_autotune(data.prefetch(2))
 
-    after_loop = None
-    if config.eval_every_steps and evaluate is not None:
+    if (config.eval_every_steps and evaluate is not None
+        and self._after_loop is None):  # one for the run's parts
       if self.start == 0:
         self.best.clear()  # a fresh run: an old run's best is not ours
-      after_loop = self._evaluator(evaluate)
+      self._after_loop = self._evaluator(evaluate)
     t0 = time.time()
 
     def details(result):
@@ -196,9 +202,13 @@ class Finetuner(driver.Driver):
               f"{'; stopped early' if result.early_stopped else ''}) in "
               f"{time.time() - t0:.1f} s")
 
-    if self.train_steps(dataset_fn, after_loop, details) is None:
+    result = self.train_steps(dataset_fn, self._after_loop, details, first,
+                              end)
+    if result is None:
       return False
-    if after_loop is not None:
+    self.early_stopped = result.early_stopped
+    if self._after_loop is not None and (
+        end >= config.num_train_steps or self.early_stopped):
       self._use_best()
     return True
 
@@ -465,22 +475,35 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
     return task.evaluate(predict or predictor(eval_batch_size), step)
 
   run.restore_or_warm_start()
+  teacher_eval = {}
   if config.do_train:
-    try:  # from the weights training starts from, before it reads its data
-      prepared = task.prepare_training(predictor(eval_batch_size), run.model,
-                                       run.start > 0)
-    except ValueError as e:
-      raise cli.Error(str(e)) from None
-    if run.is_chief:
-      for name, text in prepared.items():
-        run.write(name, text)
-    inputs, labels = task.train_data()
-    teacher_eval = {}
-    if distill is not None:
-      labels, teacher_eval = teacher_labels(
-          run, task, distill, inputs, labels, eval_batch_size, do_eval)
-    if not run.train(inputs, labels, evaluate):
-      return False
+    parts = [None]  # the whole run at once
+    if task.prepares_every_epoch:
+      if distill is not None:
+        raise cli.Error("A teacher's outputs are computed once for the "
+                        "training rows, which this task prepares anew every "
+                        "epoch; train without the teacher or prepare once.")
+      parts = epoch_parts(config.num_train_steps, config.num_train_epochs)
+    for part in parts:
+      index, first, end = part or (0, 0, config.num_train_steps)
+      if run.step >= end and end < config.num_train_steps:
+        continue  # trained before this run resumed
+      try:  # from the weights this part starts from, before it reads data
+        prepared = task.prepare_training(
+            predictor(eval_batch_size), run.model, run.start > first, index)
+      except ValueError as e:
+        raise cli.Error(str(e)) from None
+      if run.is_chief:
+        for name, text in prepared.items():
+          run.write(name, text)
+      inputs, labels = task.train_data()
+      if distill is not None:
+        labels, teacher_eval = teacher_labels(
+            run, task, distill, inputs, labels, eval_batch_size, do_eval)
+      if not run.train(inputs, labels, evaluate, part):
+        return False
+      if run.early_stopped:
+        break
   summary = []
   result = dev = None
   if do_eval:
@@ -522,6 +545,20 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   print(f"{program} done at step {run.step}: " + "; ".join(summary)
         + f"; output in {config.output_dir}", flush=True)
   return True
+
+
+def epoch_parts(num_train_steps, num_train_epochs):
+  """[(index, first step, end step)]: the run's steps cut where each of its
+  `num_train_epochs` epochs ends (the last, a fraction of one, too), for a
+  task that prepares every epoch."""
+  ends = [round(num_train_steps * e / num_train_epochs)
+          for e in range(1, math.ceil(num_train_epochs))] + [num_train_steps]
+  parts, first = [], 0
+  for end in ends:
+    if first < end <= num_train_steps:
+      parts.append((len(parts), first, end))
+      first = end
+  return parts
 
 
 def teacher_labels(run, task, distill, inputs, labels, batch_size,

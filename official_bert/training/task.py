@@ -149,13 +149,24 @@ class FinetuningTask(Task, typing.Protocol):
     "input_type_ids": int32 [N, T]}; labels [N], [N, T] or a dict of [N]
     arrays, as `losses` reads them."""
 
-  def prepare_training(self, predict, model, resumed):
+  def prepare_training(self, predict, model, resumed, epoch):
     """What the task computes from the model training starts from, before
     training (embedding's mined hard negatives, which then make its
     train_data): `predict` as in `evaluate`, `model` the built model with
     its starting weights, `resumed` whether the run resumed from its own
-    checkpoint. Returns {file name: text} to write to output_dir, in order
-    ({} for none: most tasks prepare nothing). ValueError: one sentence."""
+    checkpoint past this point, `epoch` 0 (before training), or, when
+    `prepares_every_epoch`, the index of the epoch about to start (its
+    weights are the previous epoch's last). Returns {file name: text} to
+    write to output_dir, in order ({} for none: most tasks prepare
+    nothing). ValueError: one sentence."""
+
+  @property
+  def prepares_every_epoch(self):
+    """Whether `prepare_training` runs again at the start of every epoch
+    after the first (embedding with remine_every_epoch: negatives mined
+    anew by the weights trained so far): run_task then trains the epochs
+    one by one, reading train_data afresh for each (the learning rate's
+    schedule stays the whole run's). False for most tasks."""
 
   def in_batch_loss(self):
     """None when each example's loss reads its own outputs alone, or an

@@ -181,18 +181,25 @@ class Trainer:
 
   # ------------------------------------------------------------- train ----
   def train_or_exit(self, dataset_fn, global_batch_size=None,
-                    after_loop=None):
+                    after_loop=None, first_step=0, stop_at=None):
     """`train` for command-line programs: a NaN/Inf loss is one line on
     stderr and exit status 1 (the last good checkpoint stays)."""
     try:
       return self.train(dataset_fn, global_batch_size=global_batch_size,
-                        after_loop=after_loop)
+                        after_loop=after_loop, first_step=first_step,
+                        stop_at=stop_at)
     except NonFiniteLossError as e:
       print(f"Error: {e}", file=sys.stderr)
       sys.exit(1)
 
-  def train(self, dataset_fn, global_batch_size=None, after_loop=None):
+  def train(self, dataset_fn, global_batch_size=None, after_loop=None,
+            first_step=0, stop_at=None):
     """Trains from the current step to num_train_steps. Returns TrainResult.
+
+    `stop_at` < num_train_steps ends the call there, with a checkpoint (a
+    part of the run: the learning rate's schedule stays the whole run's);
+    `dataset_fn`'s first batch is then step `first_step`'s (a resumed run
+    skips to the current step from there).
 
     A SIGTERM during the call stops it at the next loop boundary with a
     checkpoint; unless the program installed the handler for its whole run,
@@ -202,16 +209,20 @@ class Trainer:
     shows its metrics); `stop` ends training there with a checkpoint.
     """
     with preemption.handled():
-      return self._train(dataset_fn, global_batch_size, after_loop)
+      return self._train(dataset_fn, global_batch_size, after_loop,
+                         first_step, stop_at or self.config.num_train_steps)
 
-  def _train(self, dataset_fn, global_batch_size, after_loop=None):
+  def _train(self, dataset_fn, global_batch_size, after_loop, first_step,
+             end):
     config = self.config
     start = step = int(self.step.numpy())
-    if start >= config.num_train_steps:
-      self.log(f"Already at step {start} >= num_train_steps="
-               f"{config.num_train_steps}; nothing to train.")
+    if start >= end:
+      self.log(f"Already at step {start} >= "
+               + (f"num_train_steps={end}" if end == config.num_train_steps
+                  else f"this part's last step {end}")
+               + "; nothing to train.")
       return TrainResult(step=start, metrics={})
-    iterator = self._iterator(dataset_fn, start)
+    iterator = self._iterator(dataset_fn, start - first_step)
     writer = self._summary_writer("train")
     if self._preemption.any_requested():  # SIGTERM while the job started up
       self.log(f"SIGTERM before training started: stopped at step {start} "
@@ -219,8 +230,8 @@ class Trainer:
                "with the same --output_dir to go on.")
       return TrainResult(step=start, metrics={}, preempted=True)
     t_start, history, timed_from = time.time(), [], start
-    while step < config.num_train_steps:
-      metrics = self._run_loop(iterator, self._loop_length(step),
+    while step < end:
+      metrics = self._run_loop(iterator, self._loop_length(step, end),
                                global_batch_size, warm_up=not history)
       timed_steps = metrics.pop("timed_steps")
       step = metrics["step"]
@@ -242,11 +253,12 @@ class Trainer:
         if self.is_chief:
           self.log(f"Saved checkpoint {path}")
         return TrainResult(step, _last_metrics(history), False, history, True)
-      if step % config.save_checkpoints_steps == 0 or finished or terminate:
+      if (step % config.save_checkpoints_steps == 0 or step >= end
+          or terminate):
         path = self.save()
         if self.is_chief:
           self.log(f"Saved checkpoint {path}")
-      if terminate and not finished:
+      if terminate and not finished:  # a part's end too: the run goes on
         self.log(f"SIGTERM: saved checkpoint "
                  f"{os.path.join(config.output_dir, f'ckpt-{step}')} at step "
                  f"{step}{self._preemption.consume()}; rerun with the same "
@@ -255,8 +267,8 @@ class Trainer:
     return TrainResult(step, _last_metrics(history), False, history)
 
   def _iterator(self, dataset_fn, start):
-    """An iterator over the training data from step `start` on; builds the
-    inner loop on the first call."""
+    """An iterator over the training data from its step `start` on (its
+    first batch is step 0's); builds the inner loop on the first call."""
     skip = start * self.config.gradient_accumulation_steps
 
     def skipping_dataset_fn(input_context):
@@ -276,14 +288,13 @@ class Trainer:
           transform_gradients=self.transform_gradients)
     return iter(dataset)
 
-  def _loop_length(self, step):
+  def _loop_length(self, step, end):
     """Steps of the next inner loop: up to steps_per_loop, ending at the next
-    checkpoint step or num_train_steps."""
+    checkpoint step or `end`."""
     config = self.config
     next_save = (step // config.save_checkpoints_steps + 1) * (
         config.save_checkpoints_steps)
-    length = min(config.steps_per_loop, config.num_train_steps - step,
-                 next_save - step)
+    length = min(config.steps_per_loop, end - step, next_save - step)
     if config.eval_every_steps:
       every = config.eval_every_steps
       length = min(length, (step // every + 1) * every - step)

@@ -135,6 +135,7 @@ class ClassificationTask:
   # The fewest labels the training file may have.
   min_labels = 2
   metric_range = 1.0
+  prepares_every_epoch = False  # nothing to prepare
 
   def __init__(self, config):
     self.config = config
@@ -374,8 +375,8 @@ class ClassificationTask:
     return {"label_loss": distillation.weighted_mean(label, labelled),
             "distill_loss": distill}
 
-  def prepare_training(self, predict, model, resumed):
-    del predict, model, resumed  # the labelled texts are all it trains on
+  def prepare_training(self, predict, model, resumed, epoch):
+    del predict, model, resumed, epoch  # the labelled texts are all it trains on
     return {}
 
   def train_order(self, batch_size, seed, num_examples):

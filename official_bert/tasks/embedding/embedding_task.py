@@ -65,6 +65,9 @@ class EmbeddingConfig:
     answer).
   mine_hard_negatives: K > 0: mine K hard negatives per anchor before
     training (hard_negatives.py) into output_dir/hard_negatives.tsv.
+  remine_every_epoch: with mine_hard_negatives, mine them again at the
+    start of every later epoch E, by the weights trained so far, into
+    output_dir/hard_negatives_epoch_E.tsv (`prepares_every_epoch`).
   hard_negative_margin: the mining's relative margin.
   distill_data: a file of unlabelled texts, one per line, each a training
     row of that text in every role that only the distillation loss reads
@@ -80,6 +83,7 @@ class EmbeddingConfig:
   negative_column: str = "negative"
   pooling: str = "mean"
   mine_hard_negatives: int = 0
+  remine_every_epoch: bool = False
   hard_negative_margin: float = hard_negatives.RELATIVE_MARGIN
   distill_data: Optional[str] = None
   mini_batch_size: int = 0
@@ -197,6 +201,8 @@ class EmbeddingTask:
     self.train_rows_file = None  # what training reads: train_path or mined
     self.negative_names = []  # the training file's negative columns
     self.distill_texts = 0  # --distill_data's rows: train's last
+    # The training file's (split, roles) once mining replaced them.
+    self._unmined = None
 
   # ---------------------------------------------------- preprocessing ----
   def read(self):
@@ -280,6 +286,8 @@ class EmbeddingTask:
             if negatives else "no hard negatives")
     if self.config.mine_hard_negatives:
       said += f"; {self.config.mine_hard_negatives} to mine"
+      if self.config.remine_every_epoch:
+        said += " at every epoch's start"
     if self.config.mini_batch_size:
       said += (f"; each batch's gradient {self.config.mini_batch_size} pairs "
                "at a time (GradCache)")
@@ -370,32 +378,51 @@ class EmbeddingTask:
           f"{self.train_rows_file}: {e}: a text twice in a batch would be "
           "its own negative; lower --train_batch_size") from None
 
-  def prepare_training(self, predict, model, resumed):
+  @property
+  def prepares_every_epoch(self):
+    """With remine_every_epoch (and mine_hard_negatives): every epoch
+    trains on negatives its starting weights mined."""
+    return bool(self.config.mine_hard_negatives
+                and self.config.remine_every_epoch)
+
+  def prepare_training(self, predict, model, resumed, epoch):
     """With mine_hard_negatives = K: the training rows become the file's
-    rows with K negatives mined by `model` as it starts training (the
-    embeddings through `predict`, hard_negatives.py), reused from
-    output_dir when made from the same inputs (on a resumed run: whatever
-    the weights, which were trained on it). Returns the files to write
-    ({} when reused, or without mining)."""
+    rows with K negatives mined by `model` as it starts training (or, with
+    remine_every_epoch, as it starts epoch `epoch`: its weights then the
+    previous epoch's last; the embeddings through `predict`,
+    hard_negatives.py), reused from output_dir when made from the same
+    inputs (on a run resumed past that point: whatever the weights, which
+    were trained on it). Returns the files to write ({} when reused, or
+    without mining)."""
     config = self.config
     k = config.mine_hard_negatives
     if not k:
       return {}
+    if self._unmined is None:
+      self._unmined = self.splits["train"], self.roles
+    else:  # mined again from the training file, not the last epoch's rows
+      self.splits["train"], self.roles = self._unmined
     _, texts, inputs = self.splits["train"]
     made_from = hard_negatives.record(
         self.train_path, [config.anchor_column, config.positive_column]
         + self.negative_names, [inputs[r][n] for r in self.roles
                                  for n in sorted(inputs[r])],
         model.get_weights(), config.pooling, k, config.hard_negative_margin)
-    path = os.path.join(config.output_dir, hard_negatives.FILE)
+    name = hard_negatives.file_names(epoch)[0]
+    path = os.path.join(config.output_dir, name)
+    weights = (f"the weights epoch {epoch} ended with" if epoch else
+               "the weights training starts from")
     gather = self._gatherer()
-    rows, why = hard_negatives.reusable(config.output_dir, made_from, resumed)
+    rows, why = hard_negatives.reusable(config.output_dir, made_from, resumed,
+                                        epoch)
     files = {}
     if rows is not None:
       print(f"hard negatives: reused {path} (made from the same training "
             "file and settings"
             + (", and this run resumes from checkpoints trained on it)"
-               if resumed else " and starting weights)"), flush=True)
+               if resumed else " and " + (weights if epoch else
+                                           "starting weights") + ")"),
+            flush=True)
     else:
       if why:
         print(f"hard negatives: {path}: {why}; mining again", flush=True)
@@ -408,17 +435,16 @@ class EmbeddingTask:
             f"{self.train_path}: no anchor has {k} candidates below the "
             f"margin ({summary}); lower --mine_hard_negatives or "
             "--hard_negative_margin")
-      files = hard_negatives.written(rows, made_from)
+      files = hard_negatives.written(rows, made_from, epoch)
       print(f"hard negatives: mined {summary} in {time.time() - t0:.1f} s "
-            f"(the weights training starts from), written to {path}",
-            flush=True)
-    self._train_on(rows, k, gather)
+            f"({weights}), written to {path}", flush=True)
+    self._train_on(rows, k, gather, name)
     return files
 
-  def _train_on(self, rows, k, gather):
-    """Training reads `rows` (hard_negatives.tsv's tuples of texts) from
-    now on: the roles anchor, positive, negative_1 ... negative_K, their
-    inputs the training file's (`gather`, `_gatherer`'s)."""
+  def _train_on(self, rows, k, gather, name):
+    """Training reads `rows` (the tuples of texts of the mined file `name`)
+    from now on: the roles anchor, positive, negative_1 ... negative_K,
+    their inputs the training file's (`gather`, `_gatherer`'s)."""
     _, texts, _ = self.splits["train"]
     found = {}  # a text as the .tsv holds it -> (role, row)
     for role in self.roles:
@@ -432,8 +458,7 @@ class EmbeddingTask:
                  for role in roles}
     new_inputs = {role: gather(where[role]) for role in roles}
     self.roles = roles
-    self.train_rows_file = os.path.join(self.config.output_dir,
-                                        hard_negatives.FILE)
+    self.train_rows_file = os.path.join(self.config.output_dir, name)
     self.splits["train"] = ([f"{self.train_rows_file}:{line}" for line in
                              range(2, len(rows) + 2)], new_texts, new_inputs)
 

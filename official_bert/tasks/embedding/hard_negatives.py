@@ -36,7 +36,10 @@ The mined rows are written as `hard_negatives.tsv` (`anchor`, `positive`,
 file, its columns and encoding, the starting weights, the pooling, K and the
 margin, and the digest of the .tsv itself. A rerun reuses the file when
 they are unchanged; a rerun that resumes from its own checkpoint compares
-all but the weights (its checkpoints were trained on that file).
+all but the weights (its checkpoints were trained on that file). Mined
+again at the start of epoch E > 1 (`--remine_every_epoch`, by the weights
+trained so far), they are `hard_negatives_epoch_E.tsv` and `.json`
+(`file_names`).
 
 Shapes: A anchors, C passages (the corpus), H hidden size, K negatives.
 """
@@ -176,6 +179,15 @@ def tsv_cell(text):
   return text.replace("\t", " ").replace("\n", " ").replace("\r", " ")
 
 
+def file_names(epoch=0):
+  """(the mined file, its record) for the epoch of index `epoch` (0: the
+  first, mined before training)."""
+  if not epoch:
+    return FILE, RECORD
+  stem = f"hard_negatives_epoch_{epoch + 1}"
+  return f"{stem}.tsv", f"{stem}.json"
+
+
 def tsv_text(rows, num_negatives):
   """hard_negatives.tsv's text: a header row, then one row per tuple."""
   header = ["anchor", "positive"] + [f"negative_{i}" for i in
@@ -217,13 +229,15 @@ def record(training_file, columns, encoded, weights, pooling, num_negatives,
           "relative_margin": relative_margin}
 
 
-def reusable(output_dir, made_from, resumed):
-  """(rows, why): hard_negatives.tsv's rows (tuples of texts) when
-  output_dir holds one made from `made_from` (a `record`: all of it but
-  the starting weights when the run `resumed`) and unchanged since; else
-  (None, why it is mined again, in words: None when there is no file)."""
+def reusable(output_dir, made_from, resumed, epoch=0):
+  """(rows, why): the epoch's mined file's rows (tuples of texts;
+  hard_negatives.tsv for the first, `file_names`) when output_dir holds
+  one made from `made_from` (a `record`: all of it but the starting
+  weights when the run `resumed` past the epoch's start) and unchanged
+  since; else (None, why it is mined again, in words: None when there is
+  no file)."""
   content, _, why = derived_files.reusable(
-      output_dir, FILE, RECORD, made_from, MADE_FROM, "mined_file",
+      output_dir, *file_names(epoch), made_from, MADE_FROM, "mined_file",
       file_changed="mined", inputs_changed=" since it was mined",
       ignore=("starting_weights",) if resumed else ())
   if content is None:
@@ -232,12 +246,14 @@ def reusable(output_dir, made_from, resumed):
   return [tuple(line.split("\t")) for line in lines if line], None
 
 
-def written(rows, made_from):
-  """{file name: text}: hard_negatives.tsv, then hard_negatives.json
-  (`made_from`, a `record`, and the .tsv's digest: written second, so a
-  rerun after a crash between the two mines again)."""
+def written(rows, made_from, epoch=0):
+  """{file name: text}: the epoch's hard_negatives.tsv, then its
+  hard_negatives.json (`file_names`; `made_from`, a `record`, and the
+  .tsv's digest: written second, so a rerun after a crash between the two
+  mines again)."""
   text = tsv_text(rows, made_from["num_negatives"])
   made = dict(made_from,
               mined_file=derived_files.digest(text.encode("utf-8")))
-  return {FILE: text, RECORD: json.dumps(made, indent=2, sort_keys=True)
-          + "\n"}
+  name, record_name = file_names(epoch)
+  return {name: text, record_name: json.dumps(made, indent=2,
+                                               sort_keys=True) + "\n"}

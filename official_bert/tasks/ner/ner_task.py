@@ -95,6 +95,7 @@ class NerTask:
   example_name = "examples"
   best_metric = "eval_f1"
   metric_range = 1.0
+  prepares_every_epoch = False  # nothing to prepare
   num_distill_texts = 0  # run_ner takes no --distill_data
 
   def __init__(self, config):
@@ -203,8 +204,8 @@ class NerTask:
     _, inputs, _, _, window_labels = self.encoded["train"]
     return inputs, window_labels
 
-  def prepare_training(self, predict, model, resumed):
-    del predict, model, resumed  # the tagged sentences are all it trains on
+  def prepare_training(self, predict, model, resumed, epoch):
+    del predict, model, resumed, epoch  # the tagged sentences are all it trains on
     return {}
 
   def train_order(self, batch_size, seed, num_examples):

@@ -164,6 +164,7 @@ class RerankingTask:
 
   best_metric = "eval_mrr_at_10"
   metric_range = 1.0
+  prepares_every_epoch = False  # its negatives are mined once, in encode
   num_distill_texts = 0  # run_reranker takes no --distill_data
 
   def __init__(self, config):
@@ -397,11 +398,11 @@ class RerankingTask:
     del batch_size, seed, num_examples  # shuffled by the finetuner
     return None
 
-  def prepare_training(self, predict, model, resumed):
+  def prepare_training(self, predict, model, resumed, epoch):
     """The mined negatives (with a retriever), written for the reader as
     reranker_negatives.tsv: query, then its negatives. Mined from the
     retriever in `encode`, the same on every run of the same inputs."""
-    del predict, model, resumed
+    del predict, model, resumed, epoch
     if not self.mined:
       return {}
     width = max(len(n) for n in self.mined.values())

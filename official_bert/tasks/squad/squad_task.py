@@ -109,6 +109,7 @@ class SquadTask:
   example_name = "questions"
   best_metric = "f1"
   metric_range = 100.0  # f1 and exact_match are percentages
+  prepares_every_epoch = False  # nothing to prepare
   num_distill_texts = 0  # run_squad takes no --distill_data
 
   def __init__(self, config):
@@ -217,8 +218,8 @@ class SquadTask:
           temperature)) / 2.0
     return {"label_loss": label, "distill_loss": distill}
 
-  def prepare_training(self, predict, model, resumed):
-    del predict, model, resumed  # the answered questions are all it needs
+  def prepare_training(self, predict, model, resumed, epoch):
+    del predict, model, resumed, epoch  # the answered questions are all it needs
     return {}
 
   def train_order(self, batch_size, seed, num_examples):
