@@ -295,6 +295,9 @@ def test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly(
       ([a for a in argv(out, "--remine_every_epoch")
         if not a.startswith("--mine_hard")],
        "--remine_every_epoch mines the negatives again every epoch: pass "
-       "--mine_hard_negatives=K too.")]:
+       "--mine_hard_negatives=K too."),
+      (argv(out, "--remine_every_epoch", f"--teacher={out}"),
+       "--teacher's outputs are computed once for the training rows, which "
+       "--remine_every_epoch mines anew every epoch; drop one of them.")]:
     last = testing.refused_input("official_bert.run_embedding", flags_)
     assert last.endswith(said), last
