@@ -24,6 +24,7 @@ Shape legend: B texts, W words, N words in total, R windows, T seq_length.
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -151,6 +152,18 @@ def encode_words(tokenizer, words, seq_length):
           "word_position": end - lengths + 1}  # +1: after [CLS]
 
 
+@functools.lru_cache(maxsize=2)
+def _traced_encode_words(tokenizer, seq_length):
+  """`encode_words` as one tf.function per tokenizer and window length, traced
+  once for any number of texts (a run's train, dev and test files): its
+  greedy packing loop runs eagerly ~10x slower, and tracing it costs ~1 s."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.function(
+      lambda words: encode_words(tokenizer, words, seq_length),
+      input_signature=[tf.RaggedTensorSpec([None, None], tf.string,
+                                           row_splits_dtype=tf.int64)])
+
+
 def encode(sentences, tokenizer, seq_length, ids=None):
   """Numpy model inputs of `sentences` (see `encode_words`).
 
@@ -163,8 +176,7 @@ def encode(sentences, tokenizer, seq_length, ids=None):
       tf.constant([w for s in sentences for w in s.words] or [""])[
           :sum(len(s.words) for s in sentences)],
       tf.constant([len(s.words) for s in sentences], tf.int64))
-  encoded = tf.function(lambda w: encode_words(tokenizer, w, seq_length))(
-      words)
+  encoded = _traced_encode_words(tokenizer, seq_length)(words)
   encoded = {k: v.numpy() for k, v in encoded.items()}
   window = encoded.pop("word_window")
   position = encoded.pop("word_position")
