@@ -457,9 +457,10 @@ FLAGS_CHECKED_BLOCKS = {
         "all-MiniLM-L6-v2 at batch 256: minutes)"),
     "hard negatives": (
         "tests/hard_negatives_test.py::"
-        "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
+        "test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly: "
         "run_embedding --mine_hard_negatives on tools.retrieval_task's "
-        "pairs, mined, trained on and reused by the rerun (this block trains "
+        "pairs, mined (and mined again with --remine_every_epoch), trained "
+        "on and reused by the resumed rerun (this block trains "
         "all-MiniLM-L6-v2 on 2,000 pairs: minutes)"),
     "ner": (
         "tests/run_ner_test.py::"
@@ -500,7 +501,7 @@ FLAGS_CHECKED_BLOCKS = {
         "minutes; the real one trains 5 rows a seed)"),
     "mining gain benchmark": (
         "tests/hard_negatives_test.py::"
-        "test_run_embedding_mines_trains_on_them_and_a_rerun_reuses_them: "
+        "test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly: "
         "run_embedding --mine_hard_negatives, which the benchmark runs "
         "beside sentence-transformers' trainer (all-MiniLM-L6-v2 four "
         "times: minutes)"),
