@@ -45,6 +45,10 @@ num_negatives=K, output_format="n-tuple")`, its defaults otherwise (the
 start's model, the positives as the corpus, no margin), before its trainer.
 It prints each side's gain in dev MRR@10 over its own plain run. It and
 --student_layers measure different things: the benchmark takes one of them.
+With --nofile_negatives no run reads the task's negative column: the plain
+runs train on in-batch negatives alone and ours mines among the positives
+(`--negative_column=none`), as theirs does. --remine_every_epoch adds that
+flag to our mined run (theirs has no equivalent: it mines once).
 
 Both are scored by the same function (embedding_task.retrieval_metrics):
 each dev anchor against every dev positive by cosine, MRR@10 and
@@ -111,6 +115,11 @@ def define_flags():
   flags.DEFINE_integer("mine_hard_negatives", 0, "Also train each side on "
                        "this many negatives mined by its start, and print "
                        "each side's gain (module docstring).")
+  flags.DEFINE_bool("file_negatives", True, "Whether training reads the "
+                    "task's hard-negative column (module docstring).")
+  flags.DEFINE_bool("remine_every_epoch", False, "With "
+                    "--mine_hard_negatives: our mined run mines again at "
+                    "each epoch's start.")
   flags.DEFINE_integer("teacher_epochs", 1, "With --student_layers: the "
                        "teacher is the start fine-tuned by run_embedding for "
                        "this many epochs (0: the start itself).")
@@ -191,8 +200,8 @@ def _run_embedding(work, out, extra, epochs=None):
                            else "1e-8")] + extra)
   with open(os.path.join(out, "program.log"), "w", encoding="utf-8") as f:
     f.write(log)
-  seconds = float(re.search(r"Trained steps \d+\.\.\d+ .* in ([0-9.]+) s",
-                            log).group(1))
+  seconds = sum(float(t) for t in re.findall(  # each epoch's, remining
+      r"Trained steps \d+\.\.\d+ .* in ([0-9.]+) s", log))
   with open(os.path.join(out, "eval_results.txt"), encoding="utf-8") as f:
     results = dict(line.strip().split(" = ") for line in f)
   return log, seconds, results
@@ -246,6 +255,10 @@ def ours(work, turn, rows, teacher_dir=None, mine=0):
       "--distill_alpha=1"]
   if mine:
     extra.append(f"--mine_hard_negatives={mine}")
+    if FLAGS.remine_every_epoch:
+      extra.append("--remine_every_epoch")
+  if not FLAGS.file_negatives:
+    extra.append("--negative_column=none")
   _, seconds, results = _run_embedding(
       work, os.path.join(work, f"ours_{'mined_' * bool(mine)}{turn}"), extra)
   # Distilling, every text of a row is an example (the rows' texts/s).
@@ -285,8 +298,10 @@ def theirs(work, turn, rows, teacher_st=None, mine=0):
     loss = losses.MultipleNegativesRankingLoss(model)
     examples = len(train)
   elif teacher_st is None:
+    columns = ("anchor", "positive", "negative")[
+        :3 if FLAGS.file_negatives else 2]
     train = datasets.Dataset.from_dict(dict(zip(
-        ("anchor", "positive", "negative"), zip(*rows["train"]))))
+        columns, list(zip(*rows["train"]))[:len(columns)])))
     loss = losses.MultipleNegativesRankingLoss(model)
     examples = FLAGS.train_pairs
   else:
@@ -339,7 +354,8 @@ def main(argv):
   rows, source = prepare(work)
   print(f"embeddings: BERT {source}"
         f"{'' if FLAGS.hf_model else ' from random weights'}, "
-        f"{FLAGS.train_pairs} train pairs with a hard negative, "
+        f"{FLAGS.train_pairs} train pairs "
+        f"{'with a hard negative' if FLAGS.file_negatives else 'without the file hard negatives'}, "
         f"{FLAGS.dev_pairs} dev pairs, batch {FLAGS.batch_size}, lr {FLAGS.learning_rate}, "
         f"{FLAGS.epochs} epochs, seq {FLAGS.seq_length}; torch "
         f"{torch.get_num_threads()} threads, {os.cpu_count()} cores",
