@@ -42,7 +42,10 @@ def test_the_gpu_script_runs_packed_and_fused_on_the_cpu(tmp_path):
   assert result["real_token_tflops_per_step"] <= result[
       "model_tflops_per_step"] * 1.01
   assert all(x == x for x in result["bf16_last_losses"])  # finite
-  # bfloat16 keeps ~3 significant digits.
-  assert result["fused_vs_dense_bf16_max_rel_diff"] < 0.02
+  # Both forwards compiled, the fused op is the dense formula on the CPU
+  # (0.0 here); a fused path that drops the attention mask is 5e-3 off. On
+  # a GPU's flash kernel bfloat16 keeps ~3 significant digits: the script
+  # reports the figure there.
+  assert result["fused_vs_dense_bf16_max_rel_diff"] < 2e-3
   assert isinstance(result["custom_calls"], list)
   assert json.loads(proc.stdout.strip().splitlines()[-1]) == result
