@@ -352,10 +352,11 @@ def main(argv):
   work = FLAGS.work_dir
   os.makedirs(work, exist_ok=True)
   rows, source = prepare(work)
+  negatives = ("with a hard negative" if FLAGS.file_negatives
+               else "without the file hard negatives")
   print(f"embeddings: BERT {source}"
         f"{'' if FLAGS.hf_model else ' from random weights'}, "
-        f"{FLAGS.train_pairs} train pairs "
-        f"{'with a hard negative' if FLAGS.file_negatives else 'without the file hard negatives'}, "
+        f"{FLAGS.train_pairs} train pairs {negatives}, "
         f"{FLAGS.dev_pairs} dev pairs, batch {FLAGS.batch_size}, lr {FLAGS.learning_rate}, "
         f"{FLAGS.epochs} epochs, seq {FLAGS.seq_length}; torch "
         f"{torch.get_num_threads()} threads, {os.cpu_count()} cores",

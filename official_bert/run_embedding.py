@@ -28,11 +28,11 @@ eval_recall_at_1, eval_recall_at_10 of each dev anchor searching every dev
 positive by cosine), test_embeddings.tsv with --do_predict (one line per
 test anchor), hard_negatives.tsv and hard_negatives.json (what it was mined
 from) with --mine_hard_negatives (and hard_negatives_epoch_E.tsv and .json
-for each later epoch E with --remine_every_epoch). With --export_dir, a TF Serving SavedModel: raw text in,
-`sentence_embedding` out; --quantize=int8 adds model.tflite (ids in,
-`sentence_embedding` out, int8 weights) when its dev eval_mrr_at_10 (or
---best_metric) drops by at most --max_quantization_drop, and the int8_*
-keys to eval_results.txt. `export.export_checkpoint
+for each later epoch E with --remine_every_epoch). With --export_dir, a TF
+Serving SavedModel: raw text in, `sentence_embedding` out; --quantize=int8
+adds model.tflite (ids in, `sentence_embedding` out, int8 weights) when its
+dev eval_mrr_at_10 (or --best_metric) drops by at most
+--max_quantization_drop, and the int8_* keys to eval_results.txt. `export.export_checkpoint
 --format=sentence_transformers --init_checkpoint=<output_dir>` writes it for
 sentence-transformers, with its pooling.
 """

@@ -477,15 +477,15 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
   run.restore_or_warm_start()
   teacher_eval = {}
   if config.do_train:
-    parts = [None]  # the whole run at once
-    if task.prepares_every_epoch:
-      if distill is not None:
-        raise cli.Error("A teacher's outputs are computed once for the "
-                        "training rows, which this task prepares anew every "
-                        "epoch; train without the teacher or prepare once.")
-      parts = epoch_parts(config.num_train_steps, config.num_train_epochs)
+    if task.prepares_every_epoch and distill is not None:
+      raise cli.Error("A teacher's outputs are computed once for the "
+                      "training rows, which this task prepares anew every "
+                      "epoch; train without the teacher or prepare once.")
+    # One part, the whole run, unless the task prepares every epoch.
+    parts = epoch_parts(config.num_train_steps, config.num_train_epochs
+                        if task.prepares_every_epoch else 1)
     for part in parts:
-      index, first, end = part or (0, 0, config.num_train_steps)
+      index, first, end = part
       if run.step >= end and end < config.num_train_steps:
         continue  # trained before this run resumed
       try:  # from the weights this part starts from, before it reads data
@@ -550,7 +550,7 @@ def run_task(task, config, bert_config, *, program, do_eval, do_predict,
 def epoch_parts(num_train_steps, num_train_epochs):
   """[(index, first step, end step)]: the run's steps cut where each of its
   `num_train_epochs` epochs ends (the last, a fraction of one, too), for a
-  task that prepares every epoch."""
+  task that prepares every epoch; one part, the whole run, for 1."""
   ends = [round(num_train_steps * e / num_train_epochs)
           for e in range(1, math.ceil(num_train_epochs))] + [num_train_steps]
   parts, first = [], 0

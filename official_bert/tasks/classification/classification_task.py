@@ -376,7 +376,8 @@ class ClassificationTask:
             "distill_loss": distill}
 
   def prepare_training(self, predict, model, resumed, epoch):
-    del predict, model, resumed, epoch  # the labelled texts are all it trains on
+    # The labelled texts are all it trains on.
+    del predict, model, resumed, epoch
     return {}
 
   def train_order(self, batch_size, seed, num_examples):

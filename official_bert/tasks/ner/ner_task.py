@@ -205,7 +205,8 @@ class NerTask:
     return inputs, window_labels
 
   def prepare_training(self, predict, model, resumed, epoch):
-    del predict, model, resumed, epoch  # the tagged sentences are all it trains on
+    # The tagged sentences are all it trains on.
+    del predict, model, resumed, epoch
     return {}
 
   def train_order(self, batch_size, seed, num_examples):

@@ -219,7 +219,8 @@ class SquadTask:
     return {"label_loss": label, "distill_loss": distill}
 
   def prepare_training(self, predict, model, resumed, epoch):
-    del predict, model, resumed, epoch  # the answered questions are all it needs
+    # The answered questions are all it needs.
+    del predict, model, resumed, epoch
     return {}
 
   def train_order(self, batch_size, seed, num_examples):
