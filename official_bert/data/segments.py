@@ -24,7 +24,7 @@ def concat(parts):
   start = splits[:-1]                                           # [B]
   destinations = []
   for part, length in zip(parts, lengths):
-    row = part.value_rowids()                                   # [n_k]
+    row = value_rowids(part)                                    # [n_k]
     within = (tf.range(tf.size(row, out_type=tf.int64)) -
               tf.gather(part.row_splits, row))                  # [n_k]
     destinations.append(tf.gather(start, row) + within)
@@ -34,6 +34,14 @@ def concat(parts):
   values = tf.gather(tf.concat([part.values for part in parts], axis=0),
                      order)
   return tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+
+
+def value_rowids(part):
+  """`part.value_rowids()` in one op: the row of each value, found in the
+  row splits (TensorFlow's repeats the row ids, ~20 ops and asserts)."""
+  splits = part.row_splits
+  return tf.searchsorted(splits[1:], tf.range(splits[-1], dtype=splits.dtype),
+                         side="right", out_type=splits.dtype)
 
 
 def combine_segments(segments, start_of_sequence_id, end_of_segment_id):
@@ -52,7 +60,8 @@ def combine_segments(segments, start_of_sequence_id, end_of_segment_id):
 
   def column(value):  # [B, (1)]
     return tf.RaggedTensor.from_row_lengths(
-        tf.fill([rows], tf.cast(value, dtype)), tf.ones([rows], tf.int64))
+        tf.fill([rows], tf.cast(value, dtype)), tf.ones([rows], tf.int64),
+        validate=False)
 
   ids, type_ids = [column(start_of_sequence_id)], [column(0)]
   for k, segment in enumerate(segments):
