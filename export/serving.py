@@ -303,6 +303,14 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
     self._xla_model = tfhub_modules.Untracked(tf.function(
         self._model_call, jit_compile=True, autograph=False)
         if xla_single_text else None)
+    # The model as one function of the three int32 [B, T] inputs, traced
+    # once and called by every signature that runs it on a batch (text,
+    # pairs, ids, rerank): each signature traced it again before (most of
+    # an export's time). The call's graph is inlined where it is called.
+    self._batch_model = tfhub_modules.Untracked(tf.function(
+        self._batch_model_call, autograph=False, input_signature=[{
+            name: tf.TensorSpec([None, None], tf.int32, name=name)
+            for name in encoder_lib.INPUT_NAMES}]))
     text = tf.TensorSpec([None], tf.string, name="text")
     if text_pair:
       text_b = tf.TensorSpec([None], tf.string, name="text_b")
@@ -416,13 +424,19 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
         lambda t: t[:, :length] if t.shape.rank >= 2 and t.shape[1] is None
         else t, outputs)
 
-  def _run(self, inputs, combine=None, single=False):
+  def _batch_model_call(self, inputs):
     extra = {"remove_padding": True} if self._remove_padding else {}
+    with self._weights.value.scope():
+      return self._model.value(inputs, training=False, **extra)
+
+  def _run(self, inputs, combine=None, single=False):
     with self._weights.value.scope():
       if single:
         model_outputs = self._single_text_model(inputs)
       else:
-        model_outputs = self._model.value(inputs, training=False, **extra)
+        model_outputs = self._batch_model.value(
+            {name: tf.cast(inputs[name], tf.int32)
+             for name in encoder_lib.INPUT_NAMES})
       if combine is not None:
         model_outputs = combine(model_outputs)
       named = self._outputs(model_outputs)
