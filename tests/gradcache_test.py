@@ -1,11 +1,11 @@
 """run_embedding's large batches (training/train_step.py with a task's
 InBatchLoss): GradCache's chunked gradient equals the whole batch's, with
 dropout on and the same masks; --mini_batch_size trains through the
-program; a mini-batch that does not divide the batch is one sentence."""
+program; a mini-batch that does not divide the batch is one sentence.
+Across two replicas (the candidates gathered): `two_replica_report`, run in
+trainer_test's replicas process."""
 
-import json
 import re
-import textwrap
 
 import numpy as np
 import pytest
@@ -158,82 +158,78 @@ def test_a_mini_batch_that_does_not_divide_the_batch_is_one_sentence(
   assert not (tmp_path / "out").exists()
 
 
-# Runs in a subprocess: the CPU is split into 2 logical devices before
-# TensorFlow starts. On MirroredStrategy's 2 replicas (4 pairs each; dropout
-# off), train_step.replica_gradients with the task's InBatchLoss and
-# --mini_batch_size 2 (GradCache, whose loss reads the gathered candidates
-# as the plain step's does), all-reduced as make_train_loop all-reduces
-# them; one replica's loss and gradient over the same 8 pairs by hand (a
-# tape). (Not through the Trainer: its XLA-compiled loss and update cost
-# several seconds and test nothing more here.)
-_REPLICAS_SCRIPT = textwrap.dedent("""
-    import json
-    import numpy as np
-    from official_bert.training import distribution
-    distribution.split_cpu(2)
-    import keras, tensorflow as tf
-    from official_bert.modeling import sentence_embedder
-    from official_bert.tasks.embedding import embedding_task
-    from official_bert.training import task as task_lib
-    from official_bert.training import train_step
-    from tests import gradcache_test, testing
+def two_replica_report():
+  """Run by trainer_test's replicas process (its CPU split into 2 logical
+  devices before TensorFlow started; one process saves ~5 s of start-up):
+  on MirroredStrategy's 2 replicas (4 pairs each; dropout off),
+  train_step.replica_gradients with the task's InBatchLoss and
+  --mini_batch_size 2 (GradCache, whose loss reads the gathered candidates
+  as the plain step's does), all-reduced as make_train_loop all-reduces
+  them; one replica's loss and gradient over the same 8 pairs by hand (a
+  tape). (Not through the Trainer: its XLA-compiled loss and update cost
+  several seconds and test nothing more here.)
 
-    config = testing.tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0,
-                                 attention_probs_dropout_prob=0.0)
-    inputs, labels = gradcache_test._inputs(8, seed=1)
+  trainer_test.test_one_vs_two_replicas_and_accumulation_same_update checks
+  that the two replicas give the one replica's loss and gradient over the
+  batch of 8 (within 1e-5): each replica's anchors score against both
+  replicas' positives and negatives (all-gathered, its own rows first), and
+  the gathered rows' gradients go back to the replica whose rows they are
+  (here in 2-pair chunks, the gradient cached). Bugs caught: replicas not
+  gathering (each anchor against 8 candidates, not 16), the gathered rows
+  in replica order (replica 1's anchors' targets off by 4)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_bert.modeling import sentence_embedder  # pylint: disable=g-import-not-at-top
+  from official_bert.training import distribution  # pylint: disable=g-import-not-at-top
+  from official_bert.training import train_step  # pylint: disable=g-import-not-at-top
+  distribution.set_mixed_precision("float32")  # whatever ran before
+  config = testing.tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+  inputs, labels = _inputs(8, seed=1)
 
-    def build():
-      keras.utils.set_random_seed(1)
-      return sentence_embedder.BertSentenceEmbedder.from_bert_config(config)
+  def build():
+    keras.utils.set_random_seed(1)
+    return sentence_embedder.BertSentenceEmbedder.from_bert_config(config)
 
-    # One replica: the loss over the 8 pairs, its gradient through a tape.
-    model = build()
-    with tf.GradientTape() as tape:
-      loss = embedding_task.ranking_losses(None, model(inputs, training=True))
-    one = [None if g is None else tf.convert_to_tensor(g).numpy()
-           for g in tape.gradient(loss["loss"], model.trainable_variables)]
+  # One replica: the loss over the 8 pairs, its gradient through a tape.
+  model = build()
+  with tf.GradientTape() as tape:
+    loss = embedding_task.ranking_losses(None, model(inputs, training=True))
+  one = [None if g is None else tf.convert_to_tensor(g).numpy()
+         for g in tape.gradient(loss["loss"], model.trainable_variables)]
 
+  # Collective keys of its own: the strategies trainer_test made earlier in
+  # the process all-reduced under the same group and instance keys, and
+  # TensorFlow refuses an all-gather under a key an all-reduce had.
+  mirrored = tf.distribute.MirroredStrategy
+  base = mirrored._collective_key_base  # pylint: disable=protected-access
+  mirrored._collective_key_base = base + 1000  # pylint: disable=protected-access
+  try:
     strategy = distribution.get_strategy("mirrored", num_gpus=0)
-    with strategy.scope():
-      model, optimizer = build(), keras.optimizers.SGD()
-    dataset = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensors((inputs, labels)).unbatch().batch(8))
+  finally:
+    mirrored._collective_key_base = base  # pylint: disable=protected-access
+  with strategy.scope():
+    model, optimizer = build(), keras.optimizers.SGD()
+  dataset = strategy.experimental_distribute_dataset(
+      tf.data.Dataset.from_tensors((inputs, labels)).unbatch().batch(8))
 
-    @tf.function(autograph=False)
-    def step(batch):
-      def replica(x, y):
-        grads, losses, _ = train_step.replica_gradients(
-            model, optimizer, gradcache_test._losses_and_metrics, [(x, y)],
-            2, in_batch_loss=task_lib.InBatchLoss(("anchor",), 2))
-        present = [g for g in grads if g is not None]
-        reduced = iter(tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, present))
-        return ([None if g is None else next(reduced) for g in grads],
-                losses["loss"])
-      grads, losses = strategy.run(replica, args=batch)
-      return (strategy.experimental_local_results(grads)[0],
-              strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, None))
+  @tf.function(autograph=False)
+  def step(batch):
+    def replica(x, y):
+      grads, losses, _ = train_step.replica_gradients(
+          model, optimizer, _losses_and_metrics, [(x, y)], 2,
+          in_batch_loss=task_lib.InBatchLoss(("anchor",), 2))
+      present = [g for g in grads if g is not None]
+      reduced = iter(tf.distribute.get_replica_context().all_reduce(
+          tf.distribute.ReduceOp.SUM, present))
+      return ([None if g is None else next(reduced) for g in grads],
+              losses["loss"])
+    grads, losses = strategy.run(replica, args=batch)
+    return (strategy.experimental_local_results(grads)[0],
+            strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, None))
 
-    two, two_loss = step(next(iter(dataset)))
-    print(json.dumps({
-        "replicas": strategy.num_replicas_in_sync,
-        "loss": [float(loss["loss"]), float(two_loss)],
-        "two_vs_one": gradcache_test._relative(
-            one, [None if g is None else g.numpy() for g in two])}))
-""")
-
-
-def test_two_replicas_share_their_negatives():
-  """Two logical CPU devices (MirroredStrategy, 4 pairs each) give the one
-  replica's loss and gradient over the batch of 8 (within 1e-5): each
-  replica's anchors score against both replicas' positives and negatives
-  (all-gathered, its own rows first), and the gathered rows' gradients go
-  back to the replica whose rows they are (here in 2-pair chunks, the
-  gradient cached). Bugs caught: replicas not gathering (each anchor
-  against 8 candidates, not 16), the gathered rows in replica order
-  (replica 1's anchors' targets off by 4)."""
-  proc = testing.run_cli(["-c", _REPLICAS_SCRIPT], timeout=600)
-  report = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert report["replicas"] == 2
-  assert report["loss"][1] == pytest.approx(report["loss"][0], rel=1e-5)
-  assert report["two_vs_one"] < 1e-5, report
+  two, two_loss = step(next(iter(dataset)))
+  return {"replicas": strategy.num_replicas_in_sync,
+          "loss": [float(loss["loss"]), float(two_loss)],
+          "two_vs_one": _relative(
+              one, [None if g is None else g.numpy() for g in two])}

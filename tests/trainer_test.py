@@ -1,4 +1,5 @@
-"""Tests for official_bert/training/trainer.py: replicas, accumulation, SIGTERM, NaN."""
+"""Tests for official_bert/training/trainer.py: replicas, accumulation, SIGTERM, NaN
+(and, in the replicas process, GradCache's in-batch negatives on 2 replicas)."""
 
 import json
 import os
@@ -136,6 +137,10 @@ _REPLICAS_SCRIPT = textwrap.dedent("""
         "acc_unclipped_vs_hand": rel(by_hand, acc_unclipped[3]),
         "acc_vs_two": diff(two[1], acc[1]),
         "float16_vs_hand": rel(clipped_by_hand, half[3])}
+    # GradCache's in-batch negatives across the 2 replicas (its own check,
+    # here to share this process's start-up).
+    from tests import gradcache_test
+    report["in_batch"] = gradcache_test.two_replica_report()
     print(json.dumps(report))
 """)
 
@@ -167,6 +172,13 @@ def test_one_vs_two_replicas_and_accumulation_same_update(tmp_path):
   np.testing.assert_allclose(report["loss"][1:3], report["loss"][0],
                              rtol=1e-5)
   np.testing.assert_allclose(report["loss"][3], report["loss"][0], rtol=1e-2)
+  # An in-batch loss (run_embedding's) on 2 replicas with GradCache gives
+  # the one replica's loss and gradient over the batch: each anchor scored
+  # against both replicas' candidates (gradcache_test.two_replica_report).
+  in_batch = report["in_batch"]
+  assert in_batch["replicas"] == 2
+  assert in_batch["loss"][1] == pytest.approx(in_batch["loss"][0], rel=1e-5)
+  assert in_batch["two_vs_one"] < 1e-5, in_batch
 
 
 def _trainer(tmp_path, num_train_steps, loss_fn=pretrainer.pretraining_losses,
