@@ -65,7 +65,7 @@ def model_outputs(outputs):
 
 
 def convert(module, signature, int8=True):
-  """LiteRT flatbuffer bytes of `module.signatures()[signature]`, int8
+  """LiteRT flatbuffer bytes of `module.signature(signature)`, int8
   (or with `int8=False` float32: `--litert` without `--quantize=int8`).
 
   Raises:
@@ -75,7 +75,7 @@ def convert(module, signature, int8=True):
   try:
     path = os.path.join(work, "saved_model")
     tf.saved_model.save(module, path,
-                        signatures={signature: module.signatures()[signature]})
+                        signatures={signature: module.signature(signature)})
     converter = tf.lite.TFLiteConverter.from_saved_model(
         path, signature_keys=[signature])
     if int8:

@@ -46,8 +46,7 @@ class RerankServingModule(serving.ServingModule):
     rerank = tf.function(self._rerank, autograph=False, input_signature=[
         tf.TensorSpec(None, tf.string, name="query"),
         tf.TensorSpec([None], tf.string, name="passages")])
-    self._signatures.value[SIGNATURE_RERANK] = (
-        rerank.get_concrete_function())
+    self._functions.value[SIGNATURE_RERANK] = rerank
 
   def _rerank(self, query, passages):
     one = tf.reshape(query, [])  # a scalar or [1]: one query

@@ -329,16 +329,21 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
       functions[SIGNATURE_FILL_MASK] = tf.function(
           self._fill_mask, input_signature=[text], autograph=False)
     # Saved as signatures only: a tracked tf.function would be traced again
-    # by tf.saved_model.save (about half the export time). The model should
-    # have kernels="keras" (see kernels.py): the fast kernels are for
-    # training, and their forward re-scales the feed-forward kernels on
-    # every call.
-    self._signatures = tfhub_modules.Untracked({
-        name: function.get_concrete_function()
-        for name, function in functions.items()})
+    # by tf.saved_model.save (about half the export time). Each is traced
+    # when first asked for: the int8 model converts serving_ids alone. The
+    # model should have kernels="keras" (see kernels.py): the fast kernels
+    # are for training, and their forward re-scales the feed-forward
+    # kernels on every call.
+    self._functions = tfhub_modules.Untracked(functions)
 
   def signatures(self):
-    return dict(self._signatures.value)
+    """{name: concrete function} of every signature."""
+    return {name: self.signature(name) for name in self._functions.value}
+
+  def signature(self, name):
+    """One signature's concrete function (traced once, when first asked
+    for)."""
+    return self._functions.value[name].get_concrete_function()
 
   def bucket_texts(self):
     """With `xla_single_text`, one request per length bucket, each the
@@ -371,9 +376,11 @@ class ServingModule(tf.__internal__.tracking.AutoTrackable):
         logits, window_text, tf.shape(text)[0]))
 
   def _serve_pair(self, text, text_b):
-    tokenizer = self._tokenizer.value
-    return self._run_texts(self._pack([tokenizer.tokenize(text),
-                                       tokenizer.tokenize(text_b)]))
+    # Both sides tokenized as one batch: one tokenizer in the graph, traced
+    # once (a pair export's tracing 0.7 s shorter; measured in the commit).
+    pieces = self._tokenizer.value.tokenize(tf.concat([text, text_b], 0))
+    size = tf.shape(text)[0]
+    return self._run_texts(self._pack([pieces[:size], pieces[size:]]))
 
   def _serve_ids(self, input_word_ids, input_mask, input_type_ids):
     # Longer requests are cut to seq_length (the model cannot take more
@@ -581,6 +588,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
       normalize_embedding=normalize_embedding, mlm_head=mlm_head,
       top_k=top_k, remove_padding=remove_padding, windowing=windowing,
       xla_single_text=xla_single_text)
+  signatures = module.signatures()
   requests = _warmup_requests(list(warmup_texts), text_pair,
                               fill_mask=mlm_head is not None)
   if xla_single_text and warmup_texts:
@@ -607,7 +615,7 @@ def export_saved_model(export_dir, model, vocab_file, *, do_lower_case=True,
   log(f"writing version {version} under {export_dir}")
   return saved_model_io.atomic_save(
       module, os.path.join(export_dir, str(version)),
-      signatures=module.signatures(), after_save=after_save)
+      signatures=signatures, after_save=after_save)
 
 
 def int8_model(model, outputs, vocab_file, do_lower_case, seq_length,
