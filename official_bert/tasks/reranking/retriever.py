@@ -9,9 +9,10 @@ base path (its newest numbered version is read).
 
 Checked before TensorFlow starts (`check`): that there is a SavedModel, and
 that its vocabulary (the asset its tokenizer reads) is the reranker's
-`--vocab_file`, line for line; when loaded (`Retriever`): that it has a
-`sentence_embedding` output. Each is one sentence naming the file (and the
-line).
+`--vocab_file`, line for line; when opened (`Retriever`, from
+saved_model.pb before it loads): that its serving_default takes `text` and
+returns a `sentence_embedding`. Each is one sentence naming the file (and
+the line).
 """
 
 import os
@@ -72,19 +73,24 @@ class Retriever:
   def __init__(self, version):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+    from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
     self.path = version
-    signatures = tf.saved_model.load(version).signatures
-    serve = signatures.get("serving_default")
-    outputs = sorted(serve.structured_outputs) if serve is not None else []
-    inputs = (sorted(serve.structured_input_signature[1])
-              if serve is not None else [])
+    # The signature read from saved_model.pb, before loading (restoring the
+    # weights, rebuilding the functions: seconds for a real model).
+    path = os.path.join(version, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+      saved.ParseFromString(f.read())
+    serve = saved.meta_graphs[0].signature_def.get("serving_default")
+    outputs = sorted(serve.outputs) if serve is not None else []
+    inputs = sorted(serve.inputs) if serve is not None else []
     if "sentence_embedding" not in outputs or inputs != ["text"]:
       raise ValueError(
-          f"--retriever {os.path.join(version, 'saved_model.pb')}: its "
-          f"serving_default takes {inputs} and returns {outputs}, not text "
-          "in and sentence_embedding out; pass run_embedding's export or "
-          "export_saved_model's of a sentence-transformers model")
-    self._serve = serve
+          f"--retriever {path}: its serving_default takes {inputs} and "
+          f"returns {outputs}, not text in and sentence_embedding out; pass "
+          "run_embedding's export or export_saved_model's of a "
+          "sentence-transformers model")
+    self._serve = tf.saved_model.load(version).signatures["serving_default"]
     self._tf = tf
 
   def embed(self, texts):
