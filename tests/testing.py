@@ -195,6 +195,30 @@ def check_program_flags(module, argv):
                      parse_only=True)
 
 
+def _fresh_keras_state():
+  """keras.backend.clear_session(free_memory=False) without the eager
+  context's clear_kernel_cache(), which it also calls under TensorFlow.
+
+  Keras's state (its layer-name counters, its settings) starts afresh, as
+  in a new process. The kernel cache is not Keras's: it holds every
+  function TensorFlow has instantiated in this worker, and after a clear
+  each one still in use (a fixture's loaded export, a model's traced
+  step) is optimized again on its next call: ~0.2 s per signature
+  (measured: reranker_test's retrieve-then-rerank block, 6 calls after
+  the bad-input runs, 1.2 s -> 0.02 s). Without gc.collect(): a full
+  collection of a test worker's heap took ~0.2 s each time, twice per run
+  (10 runs 12.4 -> 8.1 s of CPU); Python's own collector frees the run's
+  cycles as it goes."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  eager = context.context()
+  eager.clear_kernel_cache = lambda: None  # this instance's, for the call
+  try:
+    keras.backend.clear_session(free_memory=False)
+  finally:
+    del eager.clear_kernel_cache  # the class's method again
+
+
 def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
                 cwd=ROOT, parse_only=False, main=None):
   """Runs `python -m <module> <argv>` in this process, as its `__main__`
@@ -258,11 +282,8 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
   saved_random = random.getstate(), np.random.get_state()
   was_parsed = flags.FLAGS.is_parsed()
   removed = _program_flags_removed()
-  # Keras's state (layer names) afresh, as in a new process. Without its
-  # gc.collect(): a full collection of a test worker's heap took ~0.2 s
-  # each time, twice per run (measured: 10 runs 12.4 -> 8.1 s of CPU);
-  # Python's own collector frees the run's cycles as it goes.
-  keras.backend.clear_session(free_memory=False)
+  # Keras's state (layer names) afresh, as in a new process.
+  _fresh_keras_state()
   status = 0
   try:
     cli.fail = fail
@@ -304,7 +325,7 @@ def run_program(module, argv=(), env=None, check=True, merge_stderr=False,
     os.environ.clear()
     os.environ.update(saved_env)
     _restore_flags(removed, was_parsed)
-    keras.backend.clear_session(free_memory=False)
+    _fresh_keras_state()
     # What a run sets for its process: the precision policy, the seeds.
     keras.mixed_precision.set_global_policy(saved_policy)
     random.setstate(saved_random[0])
