@@ -258,7 +258,7 @@ def test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly(
   # checkpoint every 2 steps.
   def argv(output_dir, *extra):
     return _flags(task, output_dir, _config(tmp_path), "--do_train",
-                  "--do_eval", "--mine_hard_negatives=2",
+                  "--mine_hard_negatives=2",
                   "--hard_negative_margin=0.01", "--num_train_epochs=2",
                   "--pooling=mean", "--train_batch_size=4",
                   "--save_checkpoints_steps=2", "--steps_per_loop=2",
@@ -302,7 +302,7 @@ def test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly(
   assert _same_checkpoints(killed / "ckpt-9", out / "ckpt-9")
 
   for flags_, said in [
-      ([a for a in argv(out) if a != "--do_train"],
+      ([a for a in argv(out, "--do_eval") if a != "--do_train"],
        "--mine_hard_negatives mines the training file's negatives: pass "
        "--do_train."),
       ([a for a in argv(out, "--remine_every_epoch")

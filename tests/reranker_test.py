@@ -259,18 +259,16 @@ def test_rerank_signature_gives_the_runs_scores_and_metrics(trained, served):
   vectors = [embed(text=tf.constant(t))["sentence_embedding"].numpy()
              for t in (queries, passages)]
   top = candidates.top_candidates(candidates.cosine(*vectors), 8)
-  scores = [rerank(query=tf.constant(q), passages=tf.constant(
-      [passages[j] for j in c]))["scores"].numpy()
-            for q, c in zip(queries, top)]
+  answers = [rerank(query=tf.constant(q), passages=tf.constant(
+      [passages[j] for j in c])) for q, c in zip(queries, top)]
+  scores = [a["scores"].numpy() for a in answers]
   relevant = [{i} for i in range(len(dev))]
   ours = candidates.ranking_metrics(candidates.reranked(top, scores),
                                     relevant)
   theirs = candidates.ranking_metrics(top, relevant)
   # Fused on the logits, as the run does (sigmoids in float32 tie where
   # logits differ).
-  logits = [rerank(query=tf.constant(q), passages=tf.constant(
-      [passages[j] for j in c]))["logits"].numpy() for q, c in zip(queries,
-                                                                  top)]
+  logits = [a["logits"].numpy() for a in answers]
   both = candidates.ranking_metrics(
       candidates.reranked(top, candidates.fused(logits)), relevant)
   results = trained["results"]
@@ -281,6 +279,57 @@ def test_rerank_signature_gives_the_runs_scores_and_metrics(trained, served):
                                                              abs=1e-6)
   assert abs(ours["mrr_at_10"] - theirs["mrr_at_10"]) > 0.05  # a new order
   assert results["eval_candidates_per_query"] == 8
+
+
+SNIPPET_FIRST_LINES = "import numpy as np\nimport tensorflow as tf\n"
+
+
+def retrieve_then_rerank_block():
+  """docs/search.md's retrieve-then-rerank ```python block, as written."""
+  with open(os.path.join(testing.ROOT, "docs", "search.md"),
+            encoding="utf-8") as f:
+    blocks = re.findall(r"^```python\n(.*?)^```", f.read(), flags=re.S | re.M)
+  found = [b for b in blocks if b.startswith(SNIPPET_FIRST_LINES)
+           and 'signatures["rerank"]' in b]
+  assert len(found) == 1, found
+  return found[0]
+
+
+def test_retrieve_then_rerank_block_runs(trained, served, capsys,
+                                        monkeypatch):
+  """The block runs as written, its two export paths the tiny run's: the
+  retriever's top 3 of the corpus, reordered by the reranker's scores
+  (checked against serving_default's scores of the same pairs). Its
+  tf.saved_model.load answers with the exports `served` loaded (the same
+  objects; ~2 s each saved). It runs before the tests that run the
+  program again: a run sets TensorFlow's seed, which clears the kernels
+  of every function instantiated so far, and each signature called after
+  it is optimized anew (~0.2 s a call). Bug caught: a block that no longer
+  runs (a renamed signature or output)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  reranker, retriever = served["keep"]
+  loaded = {str(trained["serving"] / "1"): reranker,
+            trained["retriever"]: retriever}
+  monkeypatch.setattr(tf.saved_model, "load", loaded.__getitem__)
+  block = retrieve_then_rerank_block()
+  for path, real in (("/tmp/minilm_serving/1", trained["retriever"]),
+                     ("/tmp/rerank_serving/1",
+                      str(trained["serving"] / "1"))):
+    assert block.count(f'"{path}"') == 1, path
+    block = block.replace(f'"{path}"', repr(real))
+  namespace = {}
+  exec(compile(block, "docs/search.md", "exec"), namespace)  # pylint: disable=exec-used
+  corpus, query, top = (namespace[k] for k in ("corpus", "query", "top"))
+  scores = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
+      [corpus[i] for i in top]))["scores"].numpy()
+  expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
+  assert namespace["reranked"] == expected
+  logits = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
+      [corpus[i] for i in top]))["logits"].numpy()
+  fused = candidates.fused([logits])[0]
+  assert capsys.readouterr().out.strip().splitlines() == [
+      str(expected), str([corpus[i] for i in top[np.argsort(-fused,
+                                                            kind="stable")]])]
 
 
 def test_cross_encoder_on_the_hugging_face_export_gives_the_same_scores(
@@ -332,8 +381,11 @@ def test_a_killed_run_resumes_exactly(trained, tmp_path):
     shutil.copy(trained["out"] / name, out)
   (out / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n'
                                   'all_model_checkpoint_paths: "ckpt-10"\n')
-  resumed = testing.run_program("official_bert.run_reranker",
-                                trained["argv"](out))
+  # Training only: the run's dev evaluations and its scoring of test.tsv
+  # do not touch the weights.
+  resumed = testing.run_program("official_bert.run_reranker", [
+      a for a in trained["argv"](out) if a not in ("--do_eval",
+                                                    "--do_predict")])
   assert f"Resumed from {out / 'ckpt-10'} at step 10" in resumed.stdout
   ours, reference = (tf.train.load_checkpoint(str(d / f"ckpt-{last}"))
                      for d in (out, trained["out"]))
@@ -396,54 +448,6 @@ def test_bad_input_is_one_sentence(trained, tmp_path, case):
       *extra))
   assert re.search(match, last), last
   assert not os.path.exists(tmp_path / "out")
-
-
-SNIPPET_FIRST_LINES = "import numpy as np\nimport tensorflow as tf\n"
-
-
-def retrieve_then_rerank_block():
-  """docs/search.md's retrieve-then-rerank ```python block, as written."""
-  with open(os.path.join(testing.ROOT, "docs", "search.md"),
-            encoding="utf-8") as f:
-    blocks = re.findall(r"^```python\n(.*?)^```", f.read(), flags=re.S | re.M)
-  found = [b for b in blocks if b.startswith(SNIPPET_FIRST_LINES)
-           and 'signatures["rerank"]' in b]
-  assert len(found) == 1, found
-  return found[0]
-
-
-def test_retrieve_then_rerank_block_runs(trained, served, capsys,
-                                        monkeypatch):
-  """The block runs as written, its two export paths the tiny run's: the
-  retriever's top 3 of the corpus, reordered by the reranker's scores
-  (checked against serving_default's scores of the same pairs). Its
-  tf.saved_model.load answers with the exports `served` loaded (the same
-  objects; ~2 s each saved). Bug caught: a block that no longer runs (a
-  renamed signature or output)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  reranker, retriever = served["keep"]
-  loaded = {str(trained["serving"] / "1"): reranker,
-            trained["retriever"]: retriever}
-  monkeypatch.setattr(tf.saved_model, "load", loaded.__getitem__)
-  block = retrieve_then_rerank_block()
-  for path, real in (("/tmp/minilm_serving/1", trained["retriever"]),
-                     ("/tmp/rerank_serving/1",
-                      str(trained["serving"] / "1"))):
-    assert block.count(f'"{path}"') == 1, path
-    block = block.replace(f'"{path}"', repr(real))
-  namespace = {}
-  exec(compile(block, "docs/search.md", "exec"), namespace)  # pylint: disable=exec-used
-  corpus, query, top = (namespace[k] for k in ("corpus", "query", "top"))
-  scores = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
-      [corpus[i] for i in top]))["scores"].numpy()
-  expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
-  assert namespace["reranked"] == expected
-  logits = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
-      [corpus[i] for i in top]))["logits"].numpy()
-  fused = candidates.fused([logits])[0]
-  assert capsys.readouterr().out.strip().splitlines() == [
-      str(expected), str([corpus[i] for i in top[np.argsort(-fused,
-                                                            kind="stable")]])]
 
 
 def test_benchmark_without_datasets_is_one_sentence(tmp_path, monkeypatch):
