@@ -28,6 +28,9 @@ Writes to --output_dir: ckpt-<step> (a rerun resumes), flags.json,
 bert_config.json, eval_results.txt (eval_mrr_at_10, eval_ndcg_at_10 and,
 with a retriever, eval_retriever_mrr_at_10, eval_retriever_ndcg_at_10),
 reranker_negatives.tsv (the mined negatives, with --retriever),
+reranker_retrieved.json and its record (what the retriever gave: the
+negatives, the dev candidates and its figures; a rerun made from the same
+retriever, files and settings reuses them without loading it),
 test_results.tsv with --do_predict (each test row's score). With
 --export_dir, a TF Serving SavedModel (export/rerank_serving.py): `rerank`
 (one query, N passages -> N `scores`, `logits`) and `serving_default`

@@ -375,9 +375,11 @@ def test_a_killed_run_resumes_exactly(trained, tmp_path):
   assert first == 10 and last > first, kept
   out = tmp_path / "out"
   os.makedirs(out)
-  for name in ["flags.json", "bert_config.json"] + [
-      os.path.basename(p) for p in glob.glob(str(trained["out"] /
-                                                 f"ckpt-{first}.*"))]:
+  for name in ["flags.json", "bert_config.json",
+               reranking_task.RETRIEVED_FILE,
+               reranking_task.RETRIEVED_RECORD] + [
+                   os.path.basename(p) for p in glob.glob(
+                       str(trained["out"] / f"ckpt-{first}.*"))]:
     shutil.copy(trained["out"] / name, out)
   (out / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n'
                                   'all_model_checkpoint_paths: "ckpt-10"\n')
@@ -387,6 +389,11 @@ def test_a_killed_run_resumes_exactly(trained, tmp_path):
       a for a in trained["argv"](out) if a not in ("--do_eval",
                                                     "--do_predict")])
   assert f"Resumed from {out / 'ckpt-10'} at step 10" in resumed.stdout
+  # What the retriever gave the run (written before training): reused, so
+  # the rerun does not load it.
+  reused = (f"retriever: reused {out / reranking_task.RETRIEVED_FILE} (made "
+            "from the same retriever, files and settings)")
+  assert reused in resumed.stdout
   ours, reference = (tf.train.load_checkpoint(str(d / f"ckpt-{last}"))
                      for d in (out, trained["out"]))
   names = reference.get_variable_to_shape_map()
@@ -403,6 +410,78 @@ def test_a_killed_run_resumes_exactly(trained, tmp_path):
                                                     "--do_predict")])
   assert "reranker (bce): dev 16 queries" in alone.stdout
   assert "eval_fused_mrr_at_10 " in alone.stdout
+  assert reused in alone.stdout
+  assert _results(out / "eval_results.txt")["eval_retriever_mrr_at_10"] == (
+      trained["results"]["eval_retriever_mrr_at_10"])
+
+
+def test_a_rerun_runs_the_retriever_again_when_an_input_changed(
+    trained, tmp_path, capsys, monkeypatch):
+  """The task's encode (as a rerun's) with the run's reranker_retrieved
+  files: reused when nothing changed (the same negatives, candidates and
+  retriever figures as the run's, without loading the retriever); with
+  another --rerank_top_k, a changed dev file or an edited file, the line
+  says what changed and the retriever runs again (here it is stopped as it
+  loads). Bugs caught: a record that leaves out the settings or a file,
+  the cache read whatever its digest."""
+  from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
+  from official_bert.tasks.reranking import retriever as retriever_lib  # pylint: disable=g-import-not-at-top
+  out, task_dir = tmp_path / "out", tmp_path / "task"
+  shutil.copytree(trained["task"], task_dir)
+  os.makedirs(out)
+  for name in (reranking_task.RETRIEVED_FILE,
+               reranking_task.RETRIEVED_RECORD):
+    shutil.copy(trained["out"] / name, out)
+  tokenizer = tokenization.FullTokenizer(testing.VOCAB, True)
+
+  class Loaded(Exception):
+    pass
+
+  def load(version):
+    raise Loaded(version)
+  monkeypatch.setattr(retriever_lib, "Retriever", load)
+
+  def encode(**changes):
+    config = reranking_task.RerankingConfig(
+        str(task_dir), str(out), ("train", "dev"),
+        retriever=str(trained["retriever"]), vocab_file=testing.VOCAB,
+        rerank_top_k=8, num_negatives=2, negative_rank_range=(0, 10),
+        max_negative_score=1.0, negative_margin=0.0)
+    task = reranking_task.RerankingTask(dataclasses_replace(config,
+                                                            **changes))
+    task.read()
+    capsys.readouterr()
+    task.encode(tokenizer, 32)
+    return task, capsys.readouterr().out
+
+  task, said = encode()
+  assert said.startswith(f"retriever: reused {out / reranking_task.RETRIEVED_FILE}")
+  negatives = (trained["out"] / reranking_task.NEGATIVES_FILE).read_text()
+  assert task.prepare_training(None, None, False, 0) == {
+      reranking_task.NEGATIVES_FILE: negatives}  # the run's, not rewritten
+  assert task.retriever_metrics == {
+      k: v for k, v in trained["results"].items()
+      if k.startswith("eval_retriever_")}
+  assert [len(c) for c in task.splits["dev"].candidates] == [8] * 16
+  for changes, what in [
+      ({"rerank_top_k": 4}, "--rerank_top_k changed"),
+      ({"negative_margin": 0.05}, "the mining (--num_negatives"),
+      ({"negative_column": "other"}, "the columns changed")]:
+    with pytest.raises(Loaded):
+      encode(**changes)
+    assert what in capsys.readouterr().out
+  with open(task_dir / "dev.tsv", "a", encoding="utf-8") as f:
+    f.write("one more query\tits answer\n")
+  with pytest.raises(Loaded):
+    encode()
+  assert "the dev file changed since the retriever ran; running the " \
+         "retriever again" in capsys.readouterr().out
+  with open(out / reranking_task.RETRIEVED_FILE, "a", encoding="utf-8") as f:
+    f.write(" ")
+  with pytest.raises(Loaded):
+    encode()
+  assert (f"{reranking_task.RETRIEVED_FILE} changed since it was written"
+          in capsys.readouterr().out)
 
 
 def _bad_vocab(tmp_path):

@@ -38,12 +38,15 @@ Shapes: N pairs, Q queries, G = 1 + K passages per group, T positions.
 """
 
 import dataclasses
+import json
+import os
 import re
 import time
 from typing import Optional
 
 import numpy as np
 
+from official_bert import derived_files
 from official_bert.data import text_files
 from official_bert.tasks.reranking import candidates as candidates_lib
 from official_bert.tasks.reranking import retriever as retriever_lib
@@ -51,6 +54,21 @@ from official_bert.training import task as task_lib
 
 LOSSES = ("bce", "listwise")
 NEGATIVES_FILE = "reranker_negatives.tsv"
+# What the retriever gave a training run (its training negatives, its dev
+# candidates and figures), reused by a rerun made from the same retriever,
+# files and settings: a resumed or evaluation-only run neither loads the
+# retriever nor embeds the passages again. The record is written last.
+RETRIEVED_FILE, RETRIEVED_RECORD = ("reranker_retrieved.json",
+                                    "reranker_retrieved_record.json")
+RETRIEVED_FROM = {
+    "retriever": "the retriever (--retriever)",
+    "columns": "the columns",
+    "train_file": "the training file",
+    "mining": ("the mining (--num_negatives, --negative_rank_range, "
+               "--max_negative_score, --negative_margin)"),
+    "dev_file": "the dev file",
+    "rerank_top_k": "--rerank_top_k",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +196,8 @@ class RerankingTask:
     self.positive_weight = config.positive_weight
     self.retriever_metrics = {}
     self.mined = {}  # the training rows' mined negatives, for the file
+    self.retrieved = {}  # what the retriever gave, by split (RETRIEVED_FILE)
+    self.retrieved_from = None  # its record, when this run ran it
 
   @property
   def example_name(self):
@@ -229,8 +249,13 @@ class RerankingTask:
     retriever), then packs every (query, passage) pair as `[CLS] query
     [SEP] passage [SEP]` (text_files.encode)."""
     self.tokenizer = tokenizer
-    retriever = (retriever_lib.Retriever(self.retriever_dir)
-                 if self.retriever_dir else None)
+    retriever = None
+    if self.retriever_dir:
+      made_from = self._retrieved_made_from()
+      self.retrieved = self._reusable_retrieved(made_from) or {}
+      if not self.retrieved:
+        retriever = retriever_lib.Retriever(self.retriever_dir)
+        self.retrieved_from = made_from
 
     def encode_pairs(pairs):
       return text_files.encode([text_files.Example(q, p, None, w)
@@ -254,7 +279,12 @@ class RerankingTask:
       for text in [positive] + negatives:
         own.setdefault(text, len(own))
     row_negatives = [negatives for _, _, _, negatives in split.rows]
-    if retriever is not None:
+    if "train" in self.retrieved:  # [query, its negatives], in order
+      by_query = dict(self.retrieved["train"]["negatives"])
+      row_negatives = [by_query[q] for _, q, _, _ in split.rows]
+      self.mined = by_query
+      split.said = self.retrieved["train"]["said"]
+    elif retriever is not None:
       queries, passages = list(positives), list(own)
       t0 = time.time()
       scores = candidates_lib.cosine(retriever.embed(queries),
@@ -277,6 +307,8 @@ class RerankingTask:
           f"positive; {skipped:,} candidates over those limits; "
           f"{int((counts < config.num_negatives).sum())} queries with fewer "
           f"than {config.num_negatives})")
+      self.retrieved["train"] = {"negatives": list(by_query.items()),
+                                 "said": split.said}
     if config.loss == "bce":
       pairs = {}
       for (where, query, positive, _), negatives in zip(split.rows,
@@ -321,7 +353,12 @@ class RerankingTask:
       relevant.setdefault(query, set()).add(index[positive])
       where.setdefault(query, w)
     queries, passages = list(relevant), list(index)
-    if retriever is not None:
+    if "dev" in self.retrieved:
+      dev = self.retrieved["dev"]
+      split.candidates = [np.array(c, np.int64) for c in dev["candidates"]]
+      self.retriever_metrics = dict(dev["metrics"])
+      split.said = dev["said"]
+    elif retriever is not None:
       scores = candidates_lib.cosine(retriever.embed(queries),
                                      retriever.embed(passages))
       split.candidates = candidates_lib.top_candidates(scores,
@@ -332,6 +369,9 @@ class RerankingTask:
                                 for k, v in found.items()}
       split.said = (f"the retriever's top {config.rerank_top_k} of "
                     f"{len(passages)} passages per query")
+      self.retrieved["dev"] = {
+          "candidates": [[int(j) for j in c] for c in split.candidates],
+          "metrics": self.retriever_metrics, "said": split.said}
     else:
       split.candidates = [np.arange(len(passages))] * len(queries)
       split.said = f"every one of the {len(passages)} passages per query"
@@ -339,6 +379,63 @@ class RerankingTask:
     split.inputs = encode_pairs([(where[q], q, passages[j])
                                  for q, c in zip(queries, split.candidates)
                                  for j in c])
+
+  def _retrieved_made_from(self):
+    """What the retriever's outputs are made from (RETRIEVED_FROM keys): the
+    retriever's digest, the columns, each file's digest (None for a split
+    this run does not read) and the settings."""
+    config = self.config
+
+    def file_digest(split):
+      if split not in self.splits:
+        return None
+      with open(text_files.find_split_file(config.data_dir, split),
+                "rb") as f:
+        return derived_files.digest(f.read())
+    return {"retriever": retriever_lib.digest(self.retriever_dir),
+            "columns": [config.anchor_column, config.positive_column,
+                        config.negative_column],
+            "train_file": file_digest("train"),
+            "mining": [config.num_negatives, list(config.negative_rank_range),
+                       config.max_negative_score, config.negative_margin],
+            "dev_file": file_digest("dev"),
+            "rerank_top_k": config.rerank_top_k}
+
+  def _reusable_retrieved(self, made_from):
+    """RETRIEVED_FILE's contents when output_dir holds one made from
+    `made_from` for the splits this run reads (None otherwise); either way
+    a line says which."""
+    output_dir = self.config.output_dir
+    if not output_dir:
+      return None
+    ignore = [k for split, keys in (("train", ("train_file", "mining")),
+                                    ("dev", ("dev_file", "rerank_top_k")))
+              if split not in self.splits for k in keys]
+    content, _, why = derived_files.reusable(
+        output_dir, RETRIEVED_FILE, RETRIEVED_RECORD, made_from,
+        RETRIEVED_FROM, "retrieved_file", file_changed="written",
+        inputs_changed=" since the retriever ran", ignore=ignore)
+    path = os.path.join(output_dir, RETRIEVED_FILE)
+    if content is None:
+      if why:
+        print(f"retriever: {path}: {why}; running the retriever again",
+              flush=True)
+      return None
+    print(f"retriever: reused {path} (made from the same retriever, files "
+          "and settings)", flush=True)
+    return json.loads(content)
+
+  def retrieved_files(self):
+    """{file name: text}: RETRIEVED_FILE and then its record, when this run
+    ran the retriever ({} otherwise)."""
+    if self.retrieved_from is None:
+      return {}
+    text = json.dumps(self.retrieved, sort_keys=True) + "\n"
+    made = dict(self.retrieved_from, retrieved_file=derived_files.digest(
+        text.encode("utf-8")))
+    return {RETRIEVED_FILE: text,
+            RETRIEVED_RECORD: json.dumps(made, indent=2, sort_keys=True)
+                              + "\n"}
 
   @property
   def num_train_examples(self):
@@ -410,7 +507,8 @@ class RerankingTask:
     clean = lambda t: " ".join(t.split())
     return {NEGATIVES_FILE: "".join(
         "\t".join(clean(t) for t in row) + "\n"
-        for row in [header] + [[q] + n for q, n in self.mined.items()])}
+        for row in [header] + [[q] + n for q, n in self.mined.items()]),
+            **self.retrieved_files()}
 
   def teacher_outputs(self, predict):
     """Not offered: a reranker is not distilled here (ValueError)."""
