@@ -166,8 +166,9 @@ def two_replica_report():
   --mini_batch_size 2 (GradCache, whose loss reads the gathered candidates
   as the plain step's does), all-reduced as make_train_loop all-reduces
   them; one replica's loss and gradient over the same 8 pairs by hand (a
-  tape). (Not through the Trainer: its XLA-compiled loss and update cost
-  several seconds and test nothing more here.)
+  tape). Run eagerly, the functions the compiled step traces. (Not through
+  the Trainer: its XLA-compiled loss and update cost several seconds and
+  test nothing more here.)
 
   trainer_test.test_one_vs_two_replicas_and_accumulation_same_update checks
   that the two replicas give the one replica's loss and gradient over the
@@ -213,8 +214,7 @@ def two_replica_report():
   dataset = strategy.experimental_distribute_dataset(
       tf.data.Dataset.from_tensors((inputs, labels)).unbatch().batch(8))
 
-  @tf.function(autograph=False)
-  def step(batch):
+  def step(batch):  # eager: tracing it for 2 replicas took ~1.6 s more
     def replica(x, y):
       grads, losses, _ = train_step.replica_gradients(
           model, optimizer, _losses_and_metrics, [(x, y)], 2,
