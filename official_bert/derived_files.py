@@ -1,7 +1,8 @@
 """Files a run derives from its inputs, reused by a rerun only when made from
 the same inputs: the digests and the check behind embedding's mined hard
-negatives (tasks/embedding/hard_negatives.py) and a teacher's cached outputs
-(training/distillation.py).
+negatives (tasks/embedding/hard_negatives.py), a teacher's cached outputs
+(training/distillation.py) and what a reranker's retriever gave
+(tasks/reranking/reranking_task.py).
 
 A derived file is written beside its record, a JSON of what it was made from
 (its `made_from`: {key: value or digest}) and the file's own digest, the
@@ -39,6 +40,27 @@ def digest(*parts):
       h.update(b"\0")
   for part in parts:
     add(part)
+  return h.hexdigest()
+
+
+def file_digest(path):
+  """`digest` of a file's bytes."""
+  with open(path, "rb") as f:
+    return digest(f.read())
+
+
+def folder_digest(path):
+  """sha256 of every file under `path` (names and bytes, sorted), read in
+  chunks (an export's variables may be large)."""
+  h = hashlib.sha256()
+  for root, dirs, names in os.walk(path):
+    dirs.sort()
+    for name in sorted(names):
+      full = os.path.join(root, name)
+      h.update(os.path.relpath(full, path).encode() + b"\0")
+      with open(full, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+          h.update(chunk)
   return h.hexdigest()
 
 

@@ -420,10 +420,11 @@ def test_a_rerun_runs_the_retriever_again_when_an_input_changed(
   """The task's encode (as a rerun's) with the run's reranker_retrieved
   files: reused when nothing changed (the same negatives, candidates and
   retriever figures as the run's, without loading the retriever); with
-  another --rerank_top_k, a changed dev file or an edited file, the line
-  says what changed and the retriever runs again (here it is stopped as it
-  loads). Bugs caught: a record that leaves out the settings or a file,
-  the cache read whatever its digest."""
+  another --rerank_top_k, mining flag, column or retriever, a changed dev
+  file or an edited file, the line says what changed and the retriever runs
+  again (here it is stopped as it loads). Bugs caught: a record that leaves
+  out the settings, the retriever or a file, the cache read whatever its
+  digest."""
   from official_bert.data import tokenization  # pylint: disable=g-import-not-at-top
   from official_bert.tasks.reranking import retriever as retriever_lib  # pylint: disable=g-import-not-at-top
   out, task_dir = tmp_path / "out", tmp_path / "task"
@@ -463,10 +464,19 @@ def test_a_rerun_runs_the_retriever_again_when_an_input_changed(
       k: v for k, v in trained["results"].items()
       if k.startswith("eval_retriever_")}
   assert [len(c) for c in task.splits["dev"].candidates] == [8] * 16
+  # Another retriever: the same export with one weight changed.
+  other = tmp_path / "other_retriever"
+  shutil.copytree(trained["retriever"], other)
+  data = sorted(glob.glob(str(other / "variables" / "variables.data-*")))[0]
+  with open(data, "r+b") as f:
+    byte = f.read(1)
+    f.seek(0)
+    f.write(bytes([byte[0] ^ 1]))
   for changes, what in [
       ({"rerank_top_k": 4}, "--rerank_top_k changed"),
       ({"negative_margin": 0.05}, "the mining (--num_negatives"),
-      ({"negative_column": "other"}, "the columns changed")]:
+      ({"negative_column": "other"}, "the columns changed"),
+      ({"retriever": str(other)}, "the retriever (--retriever) changed")]:
     with pytest.raises(Loaded):
       encode(**changes)
     assert what in capsys.readouterr().out

@@ -35,7 +35,6 @@ helpers below are those losses' formulas (keras.ops only).
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 from typing import Optional
@@ -123,21 +122,6 @@ def export_outputs(named):
   return named.get("sentence_embedding")
 
 
-def folder_digest(path):
-  """sha256 of every file under `path` (names and bytes, sorted), read in
-  chunks (an export's variables may be large)."""
-  h = hashlib.sha256()
-  for root, dirs, names in os.walk(path):
-    dirs.sort()
-    for name in sorted(names):
-      full = os.path.join(root, name)
-      h.update(os.path.relpath(full, path).encode() + b"\0")
-      with open(full, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-          h.update(chunk)
-  return h.hexdigest()
-
-
 def run_flags(path):
   """A run's flags.json as a dict."""
   with open(os.path.join(path, "flags.json"), encoding="utf-8") as f:
@@ -184,7 +168,8 @@ def check_run_files(teacher, files):
 def record(checkpoint, weights, inputs, distill_data):
   """What the outputs are made from: the teacher's checkpoint prefix (its
   name in words only: the weights decide), its weights' digest (`weights`:
-  arrays, or a digest already made: an export's `folder_digest`), the
+  arrays, or a digest already made: an export's
+  `derived_files.folder_digest`), the
   training inputs' digest and --distill_data's path."""
   return {"teacher_checkpoint": os.path.basename(checkpoint),
           "teacher_weights": (weights if isinstance(weights, str)

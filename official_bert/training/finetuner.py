@@ -650,6 +650,7 @@ def _export_teacher(task, version, batch_size):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
+  from official_bert import derived_files  # pylint: disable=g-import-not-at-top
   from official_bert.training import distillation  # pylint: disable=g-import-not-at-top
   signature = tf.saved_model.load(version).signatures["serving_ids"]
 
@@ -680,7 +681,7 @@ def _export_teacher(task, version, batch_size):
         {k: v[i:i + batch_size] for k, v in batch.items()}))
              for i in range(0, n, batch_size)]
     return np.concatenate(parts).astype(np.float32)
-  return version, distillation.folder_digest(version), predict_teacher
+  return version, derived_files.folder_digest(version), predict_teacher
 
 
 def quantization_drop(metric, value, int8_value, metric_range=1.0):

@@ -196,11 +196,6 @@ def tsv_text(rows, num_negatives):
                  for row in [header] + list(rows))
 
 
-def file_digest(path):
-  with open(path, "rb") as f:
-    return derived_files.digest(f.read())
-
-
 # What a record's entries are, in words (the line that says why a rerun
 # mines again names them).
 MADE_FROM = {
@@ -221,7 +216,7 @@ def record(training_file, columns, encoded, weights, pooling, num_negatives,
   training file's digest (its path), its columns, its encoded inputs'
   digest (`encoded`: arrays), the starting weights' digest (`weights`: the
   model's get_weights()), the pooling, K and the margin."""
-  return {"training_file": file_digest(training_file),
+  return {"training_file": derived_files.file_digest(training_file),
           "columns": list(columns),
           "encoding": derived_files.digest(encoded),
           "starting_weights": derived_files.digest(weights),

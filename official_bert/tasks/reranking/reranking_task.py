@@ -387,12 +387,9 @@ class RerankingTask:
     config = self.config
 
     def file_digest(split):
-      if split not in self.splits:
-        return None
-      with open(text_files.find_split_file(config.data_dir, split),
-                "rb") as f:
-        return derived_files.digest(f.read())
-    return {"retriever": retriever_lib.digest(self.retriever_dir),
+      return (derived_files.file_digest(text_files.find_split_file(
+          config.data_dir, split)) if split in self.splits else None)
+    return {"retriever": derived_files.folder_digest(self.retriever_dir),
             "columns": [config.anchor_column, config.positive_column,
                         config.negative_column],
             "train_file": file_digest("train"),

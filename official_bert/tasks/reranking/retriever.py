@@ -64,24 +64,6 @@ def check(path, vocab_file):
   return version
 
 
-def digest(version):
-  """The digest of what makes the retriever's vectors: its saved_model.pb,
-  its variables' index (which holds each tensor's checksum) and its
-  assets (the vocabulary)."""
-  from official_bert import derived_files  # pylint: disable=g-import-not-at-top
-  assets = os.path.join(version, "assets")
-  names = ["saved_model.pb", os.path.join("variables", "variables.index")] + [
-      os.path.join("assets", name) for name in sorted(
-          os.listdir(assets) if os.path.isdir(assets) else [])]
-  parts = []
-  for name in names:
-    path = os.path.join(version, name)
-    if os.path.isfile(path):
-      with open(path, "rb") as f:
-        parts += [name, f.read()]
-  return derived_files.digest(parts)
-
-
 class Retriever:
   """A loaded retriever: `embed(texts)` -> float32 [N, H].
 
