@@ -103,6 +103,9 @@ def define_flags():
   flags.DEFINE_bool("next_sentence", False, "The task's positive is the "
                     "sentence after the anchor (tools.retrieval_task "
                     "--next_sentence: a hard task), not a rewording.")
+  flags.DEFINE_bool("context", False, "The task's positive is the passage "
+                    "around the anchor (tools.retrieval_task --context: the "
+                    "Inverse Cloze Task), not a rewording.")
   flags.DEFINE_string("student_layers", None, "Distill instead: students "
                       "keep these layers of the start (e.g. 0,2,4) and fit "
                       "the teacher's embeddings (module docstring).")
@@ -148,7 +151,8 @@ def prepare(work):
   rows = retrieval_task.write_task(os.path.join(work, "task"),
                                    FLAGS.train_pairs, FLAGS.dev_pairs, 8,
                                    FLAGS.seed,
-                                   next_sentence=FLAGS.next_sentence)
+                                   next_sentence=FLAGS.next_sentence,
+                                   context=FLAGS.context)
   # The start is made again when what it is made from changed.
   source = (os.path.abspath(FLAGS.hf_model) if FLAGS.hf_model
             else f"{FLAGS.size} {SIZES[FLAGS.size]} seed {FLAGS.seed}")

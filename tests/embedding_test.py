@@ -357,6 +357,46 @@ def test_the_next_sentence_task_pairs_each_sentence_with_the_next(tmp_path):
       "anchor\tpositive\tnegative\n")
 
 
+def test_the_context_task_pairs_each_sentence_with_its_passage(tmp_path):
+  # tools.retrieval_task --context (docs/search.md's second hard task, the
+  # Inverse Cloze Task): each positive is the CONTEXT sentences before and
+  # after its anchor in one document, the anchor left out; no text is in two
+  # rows of a split; the train negative is a whole passage of the anchor's
+  # document that shares no sentence with its positive.
+  testing.require_shared_data()
+  from tools import corpus  # pylint: disable=g-import-not-at-top
+  from tools import retrieval_task  # pylint: disable=g-import-not-at-top
+  rows = retrieval_task.write_task(str(tmp_path), 60, 400, 5, context=True)
+  positives, negatives = {}, {}  # text -> {(document, its sentences)}
+  for d, doc in enumerate(corpus.documents()):
+    lines = [" ".join(line.split()) for line in doc]
+    for s in range(len(lines)):
+      window = range(max(0, s - retrieval_task.CONTEXT),
+                     min(len(lines), s + retrieval_task.CONTEXT + 1))
+      positives.setdefault((lines[s], " ".join(
+          lines[i] for i in window if i != s)), set()).add((d, window))
+      negatives.setdefault(" ".join(lines[i] for i in window), set()).add(
+          (d, window))
+  for split in ("train", "dev"):
+    texts = [text for row in rows[split] for text in row]
+    assert len(set(texts)) == len(texts), split
+    for row in rows[split]:
+      assert row[:2] in positives, row
+  for anchor, positive, negative in rows["train"]:
+    assert any(d == e and not set(ours) & set(its)
+               for d, ours in positives[anchor, positive]
+               for e, its in negatives.get(negative, ())), negative
+  # A split's passages share no sentence (those whose place is unique).
+  for split in ("train", "dev"):
+    places = [(d, i) for row in rows[split] for found in (
+        positives[row[:2]], *(negatives[n] for n in row[2:]))
+              if len(found) == 1 for d, window in found for i in window]
+    assert len(set(places)) == len(places) > 0, split
+  with pytest.raises(ValueError, match="pass one of them"):
+    retrieval_task.write_task(str(tmp_path), 1, 1, 1, next_sentence=True,
+                              context=True)
+
+
 def test_training_raises_dev_mrr_above_its_starting_weights(tmp_path):
   """Dev MRR@10 after 24 steps (mean pooling, batch 16) is higher than that
   of the weights the training starts from: an eval-only run of the same

@@ -12,7 +12,11 @@ same statement). Train, dev and test come from different documents.
 With --next_sentence the positive is instead the sentence that follows the
 anchor in its document: the words rarely overlap, so retrieval is hard from
 the start (all-MiniLM-L6-v2: dev MRR@10 ~0.3, against ~0.99 on rewordings;
-docs/search.md).
+docs/search.md). With --context the positive is the passage around the
+anchor, the anchor left out (the Inverse Cloze Task of Lee et al., 2019,
+ORQA): up to CONTEXT sentences before it and CONTEXT after, the passages of
+one document never sharing a sentence, the training file's negative another
+such passage of the same document (all-MiniLM-L6-v2: dev MRR@10 ~0.44).
 
 writes train.tsv (anchor, positive, negative), dev.tsv (anchor, positive)
 and test.tsv (anchor).
@@ -55,10 +59,62 @@ def _clean(text):
   return " ".join(text.replace("\t", " ").split())
 
 
-def pairs(docs, n, rng, negatives, next_sentence=False):
+# Sentences on each side of a --context anchor that make its passage.
+CONTEXT = 2
+
+
+def _context_pairs(docs, n, rng, negatives):
+  """n (anchor, passage[, negative passage]) rows (see the module's
+  docstring), or fewer when the documents run out."""
+  candidates = [(d, s) for d, doc in enumerate(docs) for s, sentence in
+                enumerate(doc) if 6 <= len(sentence.split()) <= 40
+                and len(doc) > 2 * CONTEXT]
+  rng.shuffle(candidates)
+  used = set()  # (document, sentence) in a row already
+  seen, out = set(), []
+
+  def window(d, s):
+    return [(d, i) for i in range(max(0, s - CONTEXT),
+                                  min(len(docs[d]), s + CONTEXT + 1))]
+
+  def passage(cells, leave_out):
+    return _clean(" ".join(docs[d][i] for d, i in cells if i != leave_out))
+
+  for d, s in candidates:
+    cells = window(d, s)
+    if used.intersection(cells):
+      continue
+    row = (_clean(docs[d][s]), passage(cells, s))
+    if negatives:  # a passage of the same document that shares nothing
+      others = [i for i in range(len(docs[d])) if not used.intersection(
+          window(d, i)) and not set(window(d, i)) & set(cells)]
+      if not others:
+        continue
+      other = window(d, rng.choice(others))
+      row += (passage(other, None),)
+    if seen.intersection(row):  # a text of another row (or twice here)
+      continue
+    if negatives:
+      used.update(other)
+    used.update(cells)
+    seen.update(row)
+    out.append(row)
+    if len(out) == n:
+      break
+  return out
+
+
+def pairs(docs, n, rng, negatives, next_sentence=False, context=False):
   """n (anchor, positive[, negative]) rows from `docs` (shuffled): the
   positive a rewording of the anchor, or with `next_sentence` the sentence
-  after it (of 4 words or more)."""
+  after it (of 4 words or more), or with `context` the passage around it
+  (`_context_pairs`)."""
+  if context:
+    out = _context_pairs(docs, n, rng, negatives)
+    if len(out) == n:
+      return out
+    raise ValueError(f"the corpus holds {len(out)} usable passages for "
+                     f"{n} rows; ask for fewer")
   table = synonyms()
   candidates = [(d, s) for d, doc in enumerate(docs) for s, sentence in
                 enumerate(doc) if 6 <= len(sentence.split()) <= 40
@@ -92,9 +148,13 @@ def pairs(docs, n, rng, negatives, next_sentence=False):
 
 
 def write_task(directory, train, dev, test, seed=0, path=corpus.PYDOCS,
-               next_sentence=False):
+               next_sentence=False, context=False):
   """train.tsv, dev.tsv and test.tsv in `directory`, from separate
-  documents (`next_sentence`: see `pairs`); returns {split: rows}."""
+  documents (`next_sentence`, `context`: see `pairs`); returns {split:
+  rows}."""
+  if next_sentence and context:
+    raise ValueError("--next_sentence and --context are two tasks; pass "
+                     "one of them.")
   docs = corpus.documents(path)
   rng = random.Random(seed)
   order = list(range(len(docs)))
@@ -107,7 +167,7 @@ def write_task(directory, train, dev, test, seed=0, path=corpus.PYDOCS,
   for split, n in (("train", train), ("dev", dev), ("test", test)):
     split_docs = [docs[i] for i in parts[split]]
     splits[split] = pairs(split_docs, n, rng, negatives=split == "train",
-                          next_sentence=next_sentence)
+                          next_sentence=next_sentence, context=context)
   os.makedirs(directory, exist_ok=True)
   headers = {"train": "anchor\tpositive\tnegative", "dev": "anchor\tpositive",
              "test": "anchor"}
@@ -130,13 +190,19 @@ def parse_args(argv=None):
   parser.add_argument("--next_sentence", action="store_true",
                       help="The positive is the sentence after the anchor, "
                       "not a rewording of it (a hard task).")
+  parser.add_argument("--context", action="store_true",
+                      help="The positive is the passage around the anchor, "
+                      "the anchor left out (the Inverse Cloze Task).")
   return parser.parse_args(argv)
 
 
 def main(argv=None):
   args = parse_args(argv)
-  write_task(args.out_dir, args.train, args.dev, args.test, args.seed,
-             next_sentence=args.next_sentence)
+  try:
+    write_task(args.out_dir, args.train, args.dev, args.test, args.seed,
+               next_sentence=args.next_sentence, context=args.context)
+  except ValueError as e:  # one sentence with the fix, status 1
+    raise SystemExit(str(e)) from None
   print(f"wrote {args.out_dir}: {args.train} train (with a hard negative), "
         f"{args.dev} dev, {args.test} test pairs")
 
