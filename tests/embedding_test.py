@@ -367,31 +367,44 @@ def test_the_context_task_pairs_each_sentence_with_its_passage(tmp_path):
   from tools import corpus  # pylint: disable=g-import-not-at-top
   from tools import retrieval_task  # pylint: disable=g-import-not-at-top
   rows = retrieval_task.write_task(str(tmp_path), 60, 400, 5, context=True)
-  positives, negatives = {}, {}  # text -> {(document, its sentences)}
-  for d, doc in enumerate(corpus.documents()):
-    lines = [" ".join(line.split()) for line in doc]
-    for s in range(len(lines)):
-      window = range(max(0, s - retrieval_task.CONTEXT),
-                     min(len(lines), s + retrieval_task.CONTEXT + 1))
-      positives.setdefault((lines[s], " ".join(
-          lines[i] for i in window if i != s)), set()).add((d, window))
-      negatives.setdefault(" ".join(lines[i] for i in window), set()).add(
-          (d, window))
+  docs = [[" ".join(line.split()) for line in doc]
+          for doc in corpus.documents()]
+  where = {}  # sentence -> [(document, index)]
+  for d, lines in enumerate(docs):
+    for s, line in enumerate(lines):
+      where.setdefault(line, []).append((d, s))
+
+  def window(d, s):
+    return range(max(0, s - retrieval_task.CONTEXT),
+                 min(len(docs[d]), s + retrieval_task.CONTEXT + 1))
+
+  def text(d, cells, leave_out=None):
+    return " ".join(docs[d][i] for i in cells if i != leave_out)
+
+  def places(row):  # [(document, the positive's sentences, the negative's)]
+    found = []
+    for d, s in where[row[0]]:
+      if text(d, window(d, s), s) != row[1]:
+        continue
+      negatives = [window(d, i) for i in range(len(docs[d]))
+                   if row[2:] and text(d, window(d, i)) == row[2]]
+      found += [(d, window(d, s), n) for n in negatives or [()]]
+    return found
+
   for split in ("train", "dev"):
-    texts = [text for row in rows[split] for text in row]
+    texts = [t for row in rows[split] for t in row]
     assert len(set(texts)) == len(texts), split
+    taken = []  # the sentences of the rows found in one place
     for row in rows[split]:
-      assert row[:2] in positives, row
-  for anchor, positive, negative in rows["train"]:
-    assert any(d == e and not set(ours) & set(its)
-               for d, ours in positives[anchor, positive]
-               for e, its in negatives.get(negative, ())), negative
-  # A split's passages share no sentence (those whose place is unique).
-  for split in ("train", "dev"):
-    places = [(d, i) for row in rows[split] for found in (
-        positives[row[:2]], *(negatives[n] for n in row[2:]))
-              if len(found) == 1 for d, window in found for i in window]
-    assert len(set(places)) == len(places) > 0, split
+      found = places(row)
+      assert found, row  # the positive the anchor's passage, the negative
+      # a whole passage of its document, sharing no sentence with it
+      assert any(not set(ours) & set(its) for _, ours, its in found), row
+      if len(found) == 1:
+        d, ours, its = found[0]
+        taken += [(d, i) for i in [*ours, *its]]
+    # A split's passages share no sentence.
+    assert len(set(taken)) == len(taken) > 0, split
   with pytest.raises(ValueError, match="pass one of them"):
     retrieval_task.write_task(str(tmp_path), 1, 1, 1, next_sentence=True,
                               context=True)
