@@ -125,11 +125,9 @@ def test_mini_batch_size_reaches_the_train_step(tmp_path, monkeypatch):
   flag lost between the program, the task, the driver and the trainer."""
   testing.require_shared_data()
   from official_bert.training import train_step  # pylint: disable=g-import-not-at-top
-  from tests.embedding_test import _write_pairs  # pylint: disable=g-import-not-at-top
-  task, config = tmp_path / "task", str(tmp_path / "bert_config.json")
+  from tests.embedding_test import _config, _write_pairs  # pylint: disable=g-import-not-at-top
+  task, config = tmp_path / "task", _config(tmp_path, num_hidden_layers=1)
   _write_pairs(task, n_train=8, n_dev=4)
-  testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
-                      num_hidden_layers=1).to_json_file(config)
   built = []
   make_train_loop = train_step.make_train_loop
   monkeypatch.setattr(train_step, "make_train_loop", lambda *args, **kw: (

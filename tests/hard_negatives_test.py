@@ -252,9 +252,7 @@ def test_run_embedding_mines_every_epoch_and_a_killed_run_resumes_exactly(
   testing.require_shared_data()
   task, out = tmp_path / "task", tmp_path / "out"
   _write_pairs(task, 18, 8)
-  config = str(tmp_path / "bert_config.json")  # 1 layer: depth is not tested
-  testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
-                      num_hidden_layers=1).to_json_file(config)
+  config = _config(tmp_path, num_hidden_layers=1)  # depth is not tested
 
   # 2 epochs: 9 steps (18 pairs x 2 / 4) cut at step 4 (of 4.5), epoch 2's
   # order two permutations of 4 batches (its rows' 2 left over); a

@@ -112,10 +112,12 @@ def _flags(task, out, config, *extra):
           "--max_seq_length=16", *extra]
 
 
-def _config(tmp_path):
+def _config(tmp_path, **overrides):
+  """tmp_path/bert_config.json: the tiny config with BERT's vocabulary and
+  32 positions (and `overrides`); its path."""
   path = str(tmp_path / "bert_config.json")
-  testing.tiny_config(vocab_size=30522,
-                      max_position_embeddings=32).to_json_file(path)
+  testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
+                      **overrides).to_json_file(path)
   return path
 
 

@@ -19,17 +19,14 @@ import pytest
 from official_bert.tasks.reranking import candidates
 from official_bert.tasks.reranking import reranking_task
 from tests import testing
-# eval_results.txt read.
-from tests.multi_label_test import _results  # pylint: disable=g-bad-import-order
+# The tiny config with BERT's vocabulary; eval_results.txt read.
+from tests.multi_label_test import _config as _vocab_config, _results  # pylint: disable=g-bad-import-order
 
 
 def _config(directory):
   """The tiny config with BERT's vocabulary, 32 positions and 1 layer
   (what the tests check does not depend on depth)."""
-  path = str(directory / "bert_config.json")
-  testing.tiny_config(vocab_size=30522, max_position_embeddings=32,
-                      num_hidden_layers=1).to_json_file(path)
-  return path
+  return _vocab_config(directory, num_hidden_layers=1)
 
 
 def test_losses_are_torchs():
