@@ -317,13 +317,12 @@ def test_retrieve_then_rerank_block_runs(trained, served, capsys,
   namespace = {}
   exec(compile(block, "docs/search.md", "exec"), namespace)  # pylint: disable=exec-used
   corpus, query, top = (namespace[k] for k in ("corpus", "query", "top"))
-  scores = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
-      [corpus[i] for i in top]))["scores"].numpy()
+  answer = served["pairs"](text=tf.constant([query] * len(top)),
+                           text_b=tf.constant([corpus[i] for i in top]))
+  scores = answer["scores"].numpy()
   expected = [corpus[i] for i in top[np.argsort(-scores, kind="stable")]]
   assert namespace["reranked"] == expected
-  logits = served["pairs"](text=tf.constant([query] * len(top)), text_b=tf.constant(
-      [corpus[i] for i in top]))["logits"].numpy()
-  fused = candidates.fused([logits])[0]
+  fused = candidates.fused([answer["logits"].numpy()])[0]
   assert capsys.readouterr().out.strip().splitlines() == [
       str(expected), str([corpus[i] for i in top[np.argsort(-fused,
                                                             kind="stable")]])]
