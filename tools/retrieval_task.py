@@ -86,11 +86,11 @@ def _context_pairs(docs, n, rng, negatives):
       continue
     row = (_clean(docs[d][s]), passage(cells, s))
     if negatives:  # a passage of the same document that shares nothing
-      others = [i for i in range(len(docs[d])) if not used.intersection(
-          window(d, i)) and not set(window(d, i)) & set(cells)]
+      others = [w for w in (window(d, i) for i in range(len(docs[d])))
+                if not used.intersection(w) and not set(w) & set(cells)]
       if not others:
         continue
-      other = window(d, rng.choice(others))
+      other = rng.choice(others)
       row += (passage(other, None),)
     if seen.intersection(row):  # a text of another row (or twice here)
       continue
